@@ -1,0 +1,2 @@
+"""obscura-jax runtime: stage placement, pipeline engine, host swapping, CLI, training."""
+__version__ = "0.1.0"

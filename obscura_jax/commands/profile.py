@@ -1,0 +1,10 @@
+"""obscura profile: placeholder until its issue lands (replaced by the owning work)."""
+
+
+def add_parser(sub):
+    p = sub.add_parser("profile", help="(not built yet)")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    raise ValueError("'profile' is not built yet")

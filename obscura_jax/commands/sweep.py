@@ -1,0 +1,10 @@
+"""obscura sweep: placeholder until its issue lands (replaced by the owning work)."""
+
+
+def add_parser(sub):
+    p = sub.add_parser("sweep", help="(not built yet)")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    raise ValueError("'sweep' is not built yet")

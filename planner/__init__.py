@@ -1,0 +1,1 @@
+"""Obscura planner: profiles, memory/time model, recompute IP, partition adjustment."""
