@@ -1,0 +1,86 @@
+"""Which device runs which stage. Never assumes a device count: with fewer devices
+than stages, stages map round-robin (and the placement says so); with one GPU all
+stages share it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+
+
+@dataclass(frozen=True)
+class Placement:
+    devices: tuple            # one jax.Device per stage
+    platform: str
+    note: str                 # one line for people, empty when one device per stage
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.devices)
+
+    @property
+    def shared(self) -> bool:
+        return len({d.id for d in self.devices}) < len(self.devices)
+
+    def describe(self) -> list[str]:
+        return [f"stage {s} -> {d.platform}:{d.id}" for s, d in enumerate(self.devices)]
+
+
+def _available(platform: str) -> list:
+    try:
+        return list(jax.devices(platform))
+    except RuntimeError:
+        return []
+
+
+def parse_stage_devices(text: str, num_stages: int) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ValueError(f"--stage-devices must be comma-separated device indices, got {text!r}") from None
+    if len(ids) != num_stages:
+        raise ValueError(f"--stage-devices lists {len(ids)} devices for {num_stages} stages")
+    return ids
+
+
+def place_stages(num_stages: int, platform: str, count: int,
+                 stage_devices: tuple[int, ...] | None = None) -> Placement:
+    """platform/count as returned by obscura_jax.devices.parse_devices."""
+    if num_stages < 1:
+        raise ValueError(f"number of stages must be >= 1, got {num_stages}")
+    if platform == "auto":
+        gpus = _available("gpu")
+        platform, pool = ("gpu", gpus) if gpus else ("cpu", _available("cpu"))
+    elif platform == "gpu":
+        pool = _available("gpu")
+        if not pool:
+            raise ValueError("--devices gpu: no GPU is visible to JAX")
+    elif platform == "cpu":
+        pool = _available("cpu")
+        if count > len(pool):
+            raise ValueError(f"--devices cpu:{count}: JAX has only {len(pool)} CPU devices "
+                             "(the count is fixed when JAX starts)")
+        pool = pool[:count]
+    else:
+        raise ValueError(f"unknown platform {platform!r}")
+    if not pool:
+        raise ValueError(f"no {platform} devices available to host {num_stages} stages")
+
+    if stage_devices is not None:
+        if len(stage_devices) != num_stages:
+            raise ValueError(f"{len(stage_devices)} stage devices given for {num_stages} stages")
+        bad = [i for i in stage_devices if not 0 <= i < len(pool)]
+        if bad:
+            raise ValueError(f"stage device {bad[0]} does not exist ({len(pool)} {platform} devices: "
+                             f"0..{len(pool) - 1})")
+        devices = tuple(pool[i] for i in stage_devices)
+    else:
+        devices = tuple(pool[s % len(pool)] for s in range(num_stages))
+
+    note = ""
+    distinct = len({d.id for d in devices})
+    if distinct == 1 and num_stages > 1:
+        note = f"all {num_stages} stages share one {platform} device ({devices[0]})"
+    elif distinct < num_stages:
+        note = f"{num_stages} stages on {distinct} {platform} devices (round-robin: stages share devices)"
+    return Placement(devices, platform, note)

@@ -1,0 +1,201 @@
+"""One pipeline stage as two compiled programs: forward (output + residuals) and
+backward (accumulated param grads + input grad).
+
+    fwd(params, x[, targets])           -> (y or loss, residuals)
+    bwd(params, residuals, dy, grad_acc) -> (grad_acc + dparams, dx)   (grad_acc donated)
+
+Both are `jax.vjp` split across two jitted programs. The pullback that `jax.vjp`
+returns is a pytree whose leaves are everything the backward needs. Some of those
+leaves ARE the forward's inputs (the parameter tracers, the stage input, the
+targets: Python identity holds at trace time), so returning them would copy every
+weight into the activation memory of each micro-batch. We return only the other
+leaves and a static layout that says where each pullback leaf comes from; the
+backward re-inserts the parameters (and the caller's own input buffers) before
+rebuilding the pullback. The residuals of one micro-batch are thus exactly the
+activation memory that the stage's recompute policy keeps.
+
+Programs are compiled ahead of time (`jit(...).lower(specs).compile()`) for one
+device and one micro-batch shape: the layout recorded while tracing the forward is
+the one the compiled forward produces, with no retrace that could change it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Where one pullback leaf comes from.
+_PARAM, _INPUT, _TARGETS, _KEPT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class PullbackLayout:
+    """Static recipe to rebuild the pullback: (source, index) per leaf.
+    Input and targets are passed back as the first residual slots when kept."""
+    treedef: Any
+    sources: tuple[tuple[int, int], ...]
+    keeps_input: bool
+    keeps_targets: bool
+
+
+def _nbytes(leaf) -> int:
+    return int(np.prod(leaf.shape, dtype=np.int64)) * jnp.dtype(leaf.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """One micro-batch's activation memory on a stage: a flat tuple of arrays.
+    The first slots may be the stage's own input / targets buffers (not copies).
+    `host_slots` are the leaves currently swapped out to host memory."""
+    leaves: tuple
+    sizes: tuple[int, ...]          # bytes per leaf (static per stage)
+    host_slots: tuple[int, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(self.sizes[i] for i in self.host_slots)
+
+    @property
+    def device_bytes(self) -> int:
+        return self.nbytes - self.host_bytes
+
+
+def _spec(x, sharding) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+
+class StageProgram:
+    """Compiled forward/backward of one stage on one device.
+
+    `apply(params, x)` (or `apply(params, x, targets)` when `returns_loss`) is the
+    stage's pure function. When `takes_tokens` the input is integer tokens and gets
+    no cotangent (dx is None). When `returns_loss` the output is the scalar loss of
+    the micro-batch and its dy is the loss weight (1/m for a mean over m).
+    """
+
+    def __init__(self, apply: Callable, *, takes_tokens: bool, returns_loss: bool,
+                 device: jax.Device, params_like, x_like, targets_like=None, name: str = "stage"):
+        if returns_loss and targets_like is None:
+            raise ValueError(f"{name}: a stage that returns the loss needs targets")
+        self.name = name
+        self.device = device
+        self.takes_tokens = takes_tokens
+        self.returns_loss = returns_loss
+        self._apply = apply
+        self.sharding = jax.sharding.SingleDeviceSharding(device)
+        params_spec = jax.tree.map(lambda a: _spec(a, self.sharding), params_like)
+        x_spec = _spec(x_like, self.sharding)
+        t_spec = None if targets_like is None else _spec(targets_like, self.sharding)
+        self.params_bytes = sum(_nbytes(leaf) for leaf in jax.tree.leaves(params_spec))
+
+        self._layout: PullbackLayout | None = None
+        args = (params_spec, x_spec) + ((t_spec,) if returns_loss else ())
+        lowered = jax.jit(self._forward_traced).lower(*args)
+        self.layout = self._layout
+        out_info = lowered.out_info
+        self.output_spec = out_info[0]
+        self.output_bytes = _nbytes(out_info[0])
+        kept_specs = [_spec(s, self.sharding) for s in out_info[1]]
+        res_specs = (([x_spec] if self.layout.keeps_input else [])
+                     + ([t_spec] if self.layout.keeps_targets else []) + kept_specs)
+        self.residual_leaf_bytes = tuple(_nbytes(s) for s in res_specs)
+        self.residual_bytes = sum(self.residual_leaf_bytes)
+        self._fwd = lowered.compile()
+        dy_spec = _spec(jax.ShapeDtypeStruct(out_info[0].shape, out_info[0].dtype), self.sharding)
+        grad_spec = params_spec
+        bwd = jax.jit(self._backward_traced, static_argnums=0, donate_argnums=4)
+        self._bwd = bwd.lower(self.layout, params_spec, tuple(res_specs), dy_spec, grad_spec).compile()
+        self._zeros = jax.jit(lambda p: jax.tree.map(jnp.zeros_like, p),
+                              out_shardings=self.sharding).lower(params_spec).compile()
+
+    # ---- traced bodies -------------------------------------------------------
+    def _forward_traced(self, params, x, targets=None):
+        if self.takes_tokens:
+            fn = (lambda p: self._apply(p, x, targets)) if self.returns_loss else (lambda p: self._apply(p, x))
+            out, pullback = jax.vjp(fn, params)
+        else:
+            fn = (lambda p, h: self._apply(p, h, targets)) if self.returns_loss else self._apply
+            out, pullback = jax.vjp(fn, params, x)
+        leaves, treedef = jax.tree.flatten(pullback)
+        param_pos = {id(leaf): i for i, leaf in enumerate(jax.tree.leaves(params))}
+        kept: list = []
+        kept_pos: dict[int, int] = {}
+        sources = []
+        for leaf in leaves:
+            if id(leaf) in param_pos:
+                sources.append((_PARAM, param_pos[id(leaf)]))
+            elif leaf is x:
+                sources.append((_INPUT, 0))
+            elif targets is not None and leaf is targets:
+                sources.append((_TARGETS, 0))
+            else:
+                if not isinstance(leaf, jax.Array):
+                    raise TypeError(f"{self.name}: pullback leaf {type(leaf).__name__} is not an array")
+                if id(leaf) not in kept_pos:  # a leaf used twice is returned once
+                    kept_pos[id(leaf)] = len(kept)
+                    kept.append(leaf)
+                sources.append((_KEPT, kept_pos[id(leaf)]))
+        self._layout = PullbackLayout(
+            treedef, tuple(sources),
+            keeps_input=any(s == _INPUT for s, _ in sources),
+            keeps_targets=any(s == _TARGETS for s, _ in sources))
+        return out, tuple(kept)
+
+    def _backward_traced(self, layout: PullbackLayout, params, res_leaves, dy, grad_acc):
+        params_flat = jax.tree.leaves(params)
+        offset = 0
+        slot = {}
+        if layout.keeps_input:
+            slot[_INPUT] = res_leaves[offset]
+            offset += 1
+        if layout.keeps_targets:
+            slot[_TARGETS] = res_leaves[offset]
+            offset += 1
+        leaves = []
+        for src, i in layout.sources:
+            if src == _PARAM:
+                leaves.append(params_flat[i])
+            elif src == _KEPT:
+                leaves.append(res_leaves[offset + i])
+            else:
+                leaves.append(slot[src])
+        cotangents = jax.tree.unflatten(layout.treedef, leaves)(dy)
+        grads = jax.tree.map(jnp.add, grad_acc, cotangents[0])
+        # Tokens get no cotangent; a scalar marks completion instead (the grads are
+        # donated to the next backward, so they cannot be waited on).
+        done = jnp.zeros((), jnp.float32) if self.takes_tokens else cotangents[1]
+        return grads, done
+
+    # ---- running ---------------------------------------------------------------
+    def forward(self, params, x, targets=None):
+        """-> (y or loss, Residuals). Inputs must already be on this stage's device."""
+        if self.returns_loss:
+            out, kept = self._fwd(params, x, targets)
+        else:
+            out, kept = self._fwd(params, x)
+        head = ((x,) if self.layout.keeps_input else ()) + ((targets,) if self.layout.keeps_targets else ())
+        return out, Residuals(head + tuple(kept), self.residual_leaf_bytes)
+
+    def backward(self, params, residuals: Residuals, dy, grad_acc):
+        """-> (grad_acc + dparams, dx, ready). `grad_acc` is donated. dx is None for
+        the token stage; `ready` is an output that is ready when the backward is
+        done (dx itself, or a scalar on the token stage)."""
+        if residuals.host_slots:
+            raise ValueError(f"{self.name}: backward issued while {len(residuals.host_slots)} residual "
+                             "leaves are still on host (missing SI before B)")
+        grads, done = self._bwd(params, residuals.leaves, dy, grad_acc)
+        return grads, (None if self.takes_tokens else done), done
+
+    def zero_grads(self, params):
+        return self._zeros(params)
+
+    def loss_weight(self, num_microbatches: int):
+        """dy of the loss stage so that the summed grads are those of the mean loss."""
+        return jax.device_put(jnp.asarray(1.0 / num_microbatches, self.output_spec.dtype), self.sharding)
