@@ -1,0 +1,90 @@
+"""Llama-2 partition units (Flax NNX): token embedding, attention block (RMSNorm,
+RoPE, optional grouped-query attention), SwiGLU MLP block, head (RMSNorm +
+untied output projection + loss). Every decision-worthy activation is named with
+`checkpoint_name` from models.ops.LLAMA_OPS."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+
+from models.config import ModelConfig
+from models.layers import (RMSNorm, apply_rope, causal_attention, cross_entropy_mean, dense,
+                           dtype_of, normal_init)
+
+
+class LlamaEmbed(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.out_dtype = dtype_of(cfg.compute_dtype)
+        self.tokens = nnx.Embed(cfg.vocab_size, cfg.hidden, param_dtype=dtype_of(cfg.param_dtype),
+                                embedding_init=normal_init(0.02), rngs=rngs)
+
+    def __call__(self, tokens_BxT):
+        x_BxTxD = jnp.take(self.tokens.embedding[...], tokens_BxT, axis=0)
+        return checkpoint_name(x_BxTxD.astype(self.out_dtype), "embed")
+
+
+class LlamaAttention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        D, N, K, H = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.norm = RMSNorm(cfg)
+        self.wq = dense(cfg, D, N * H, rngs, bias=False)
+        self.wk = dense(cfg, D, K * H, rngs, bias=False)
+        self.wv = dense(cfg, D, K * H, rngs, bias=False)
+        self.wo = dense(cfg, N * H, D, rngs, bias=False)
+
+    def __call__(self, x_BxTxD):
+        cfg = self.cfg
+        B, T, D = x_BxTxD.shape
+        N, K, H = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "attn_norm")
+        q_BxTxNxH = checkpoint_name(self.wq(h_BxTxD).reshape(B, T, N, H), "q")
+        k_BxTxKxH = checkpoint_name(self.wk(h_BxTxD).reshape(B, T, K, H), "k")
+        v_BxTxKxH = checkpoint_name(self.wv(h_BxTxD).reshape(B, T, K, H), "v")
+        q_BxTxNxH = checkpoint_name(apply_rope(q_BxTxNxH, cfg.rope_theta), "q_rope")
+        k_BxTxKxH = checkpoint_name(apply_rope(k_BxTxKxH, cfg.rope_theta), "k_rope")
+        a_BxTxNxH = causal_attention(cfg, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH)
+        a_BxTxD = checkpoint_name(a_BxTxNxH.reshape(B, T, N * H), "attn_core")
+        o_BxTxD = checkpoint_name(self.wo(a_BxTxD), "attn_proj")
+        return checkpoint_name(x_BxTxD + o_BxTxD, "attn_res")
+
+
+class LlamaMlp(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        D, F = cfg.hidden, cfg.ffn_hidden
+        self.norm = RMSNorm(cfg)
+        self.w_gate = dense(cfg, D, F, rngs, bias=False)
+        self.w_up = dense(cfg, D, F, rngs, bias=False)
+        self.w_down = dense(cfg, F, D, rngs, bias=False)
+
+    def __call__(self, x_BxTxD):
+        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "mlp_norm")
+        gate_BxTxF = checkpoint_name(self.w_gate(h_BxTxD), "mlp_gate")
+        up_BxTxF = checkpoint_name(self.w_up(h_BxTxD), "mlp_up")
+        act_BxTxF = checkpoint_name(nnx.silu(gate_BxTxF), "mlp_act")
+        mul_BxTxF = checkpoint_name(act_BxTxF * up_BxTxF, "mlp_mul")
+        down_BxTxD = checkpoint_name(self.w_down(mul_BxTxF), "mlp_down")
+        return checkpoint_name(x_BxTxD + down_BxTxD, "mlp_res")
+
+
+class LlamaHead(nnx.Module):
+    """Final RMSNorm, output projection, mean cross-entropy. With tied embeddings
+    the output projection is the embedding table, passed in by the caller."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.norm = RMSNorm(cfg)
+        self.out_dtype = dtype_of(cfg.compute_dtype)
+        if not cfg.tie_embeddings:
+            self.w_out = dense(cfg, cfg.hidden, cfg.vocab_size, rngs, bias=False)
+
+    def logits(self, x_BxTxD, tied_embedding_VxD=None):
+        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "final_norm")
+        if tied_embedding_VxD is None:
+            logits_BxTxV = self.w_out(h_BxTxD)
+        else:
+            logits_BxTxV = h_BxTxD @ tied_embedding_VxD.astype(self.out_dtype).T
+        return checkpoint_name(logits_BxTxV, "logits")
+
+    def __call__(self, x_BxTxD, targets_BxT, tied_embedding_VxD=None):
+        return cross_entropy_mean(self.logits(x_BxTxD, tied_embedding_VxD), targets_BxT)

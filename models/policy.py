@@ -1,0 +1,139 @@
+"""Recompute policies as data, lowered to `jax.checkpoint` policies.
+
+Semantics (kept identical everywhere: engine, profiler, planner):
+- `none` saves EVERY named op (save_only_these_names(all ops)): unnamed cheap
+  intermediates (norm statistics, softmax internals, dtype casts of weights) are
+  recomputed, so a unit keeps exactly its input plus the named ops its backward
+  needs, which is the profile formula `input_bytes + sum(act_bytes of ops kept)`.
+- recompute set R: save only (all - R).
+- offload set O: save (all - R - O) on device, offload O to pinned host memory
+  (save_and_offload_only_these_names, device -> pinned_host).
+- `full` (R = all ops, nothing offloaded): nothing_saveable.
+A policy never changes the math: same loss, same gradients.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from models.config import ModelConfigError
+from models.ops import ALL_OPS, POLICY_PRESETS, ops_for, preset_ops
+
+
+@dataclass(frozen=True)
+class RecomputePolicy:
+    recompute: frozenset[str] = frozenset()
+    offload: frozenset[str] = frozenset()
+    name: str = "none"
+    family: str | None = None       # None: the union vocabulary of all families
+
+    def __post_init__(self):
+        for field in ("recompute", "offload"):
+            value = getattr(self, field)
+            if isinstance(value, str) or not all(isinstance(o, str) for o in value):
+                raise ModelConfigError(f"policy {field} must be a set of op names, got {value!r}")
+            object.__setattr__(self, field, frozenset(value))
+        vocab = self.vocabulary
+        unknown = sorted((self.recompute | self.offload) - set(vocab))
+        if unknown:
+            raise ModelConfigError(
+                f"unknown op(s) {', '.join(unknown)}; valid ops: {', '.join(vocab)}")
+        both = sorted(self.recompute & self.offload)
+        if both:
+            raise ModelConfigError(f"op(s) {', '.join(both)} cannot be both recomputed and offloaded")
+        if not isinstance(self.name, str) or not self.name:
+            raise ModelConfigError("policy needs a non-empty name")
+
+    @property
+    def vocabulary(self) -> tuple[str, ...]:
+        return ALL_OPS if self.family is None else ops_for(self.family)
+
+    @property
+    def is_none(self) -> bool:
+        """Nothing recomputed beyond unnamed intermediates, nothing offloaded."""
+        return not self.recompute and not self.offload
+
+    @property
+    def saved(self) -> frozenset[str]:
+        """Ops kept on device."""
+        return frozenset(self.vocabulary) - self.recompute - self.offload
+
+    def to_jax(self):
+        """The `jax.checkpoint` policy for this recompute/offload choice."""
+        import jax
+        cp = jax.checkpoint_policies
+        saved = sorted(self.saved)
+        if self.offload:
+            return cp.save_and_offload_only_these_names(
+                names_which_can_be_saved=saved,
+                names_which_can_be_offloaded=sorted(self.offload),
+                offload_src="device", offload_dst="pinned_host")
+        if not saved:
+            return cp.nothing_saveable
+        return cp.save_only_these_names(*saved)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "recompute": sorted(self.recompute),
+                "offload": sorted(self.offload)}
+
+
+def _split_spec(spec) -> list[str]:
+    if isinstance(spec, str):
+        return [s.strip() for s in spec.split(",") if s.strip()]
+    if isinstance(spec, Iterable):
+        out = []
+        for item in spec:
+            if not isinstance(item, str):
+                raise ModelConfigError(f"policy entries must be op or preset names, got {item!r}")
+            out.extend(_split_spec(item))
+        return out
+    raise ModelConfigError(f"policy must be a preset name, op list or RecomputePolicy, got {spec!r}")
+
+
+def _expand(names: list[str], family: str, what: str) -> frozenset[str]:
+    ops = ops_for(family)
+    out: set[str] = set()
+    for n in names:
+        if n in POLICY_PRESETS:
+            out |= preset_ops(n, family)
+        elif n in ops:
+            out.add(n)
+        else:
+            raise ModelConfigError(
+                f"unknown {what} name {n!r} for {family}; valid presets: "
+                f"{', '.join(POLICY_PRESETS)}; valid ops: {', '.join(ops)}")
+    return frozenset(out)
+
+
+def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
+    """A preset name, a comma-separated op list, an iterable of op/preset names
+    (their union) or a RecomputePolicy -> RecomputePolicy for `family`.
+    `offload` takes the same forms (presets allowed) minus nothing: ops both
+    recomputed and offloaded are an error."""
+    ops_for(family)  # validates the family
+    if isinstance(spec, RecomputePolicy):
+        if spec.family not in (None, family):
+            raise ModelConfigError(f"policy {spec.name!r} is for {spec.family}, not {family}")
+        names_r, recompute = None, spec.recompute & frozenset(ops_for(family))
+        offload_set = (spec.offload & frozenset(ops_for(family))) | _expand(_split_spec(offload), family, "offload op")
+        base_name = spec.name
+    else:
+        names_r = _split_spec(spec) if spec is not None else []
+        recompute = _expand(names_r, family, "policy or op")
+        offload_set = _expand(_split_spec(offload), family, "offload op")
+        base_name = None
+    if base_name is None:
+        base_name = _name_for(names_r, recompute, family)
+    name = base_name
+    if offload_set:
+        name = f"{base_name}+offload:{','.join(o for o in ops_for(family) if o in offload_set)}"
+    return RecomputePolicy(recompute=recompute, offload=offload_set, name=name, family=family)
+
+
+def _name_for(names: list[str], recompute: frozenset[str], family: str) -> str:
+    if len(names) == 1 and names[0] in POLICY_PRESETS:
+        return names[0]
+    for preset in POLICY_PRESETS:           # a set that equals a preset is named by it
+        if recompute == preset_ops(preset, family):
+            return preset
+    return ",".join(o for o in ops_for(family) if o in recompute)

@@ -1,0 +1,139 @@
+"""Stages: pure functions over a contiguous unit range.
+
+`stage.apply(params_subset, x, targets=None)`:
+  first stage  takes int32 tokens [B,T]; middle stages take and return the hidden
+  state [B,T,D] in compute dtype; the stage holding `head` returns the scalar mean
+  cross-entropy over its micro-batch (targets [B,T] int32).
+Each unit runs under `jax.checkpoint(policy.to_jax())`, so the residuals of
+`jax.vjp(stage.apply, ...)` are exactly what the policy keeps; parameters enter
+the checkpointed function as arguments and are never copied into residuals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.config import ModelConfig, ModelConfigError
+from models.policy import RecomputePolicy, resolve_policy
+from models.units import check_unit_range, unit_graphdef, unit_kind, unit_names
+
+
+def _as_policy(policy, cfg: ModelConfig) -> RecomputePolicy:
+    return resolve_policy("none" if policy is None else policy, cfg.family)
+
+
+def unit_apply_fn(cfg: ModelConfig, kind: str, policy=None):
+    """The checkpointed pure function of one unit kind:
+    embed/attn/mlp: (unit_params, x) -> y;  head: (unit_params, x, targets[, table]) -> loss."""
+    graphdef = unit_graphdef(cfg, kind)
+    pol = _as_policy(policy, cfg)
+
+    if kind == "head":
+        def run(unit_params, x, targets, tied_table=None):
+            return nnx.merge(graphdef, unit_params)(x, targets, tied_table)
+    else:
+        def run(unit_params, x):
+            return nnx.merge(graphdef, unit_params)(x)
+    return jax.checkpoint(run, policy=pol.to_jax())
+
+
+@dataclass(frozen=True)
+class Stage:
+    cfg: ModelConfig
+    unit_range: tuple[int, int]
+    policy: RecomputePolicy
+    _fns: dict = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "unit_range", check_unit_range(self.cfg, self.unit_range))
+        if self.cfg.tie_embeddings and (self.is_first != self.is_last):
+            raise ModelConfigError(
+                f"{self.cfg.name} ties its embeddings, so embed and head must share one stage; "
+                f"unit range {list(self.unit_range)} splits them (use tie_embeddings=False "
+                "for pipelines)")
+        fns = {k: unit_apply_fn(self.cfg, k, self.policy)
+               for k in {unit_kind(n) for n in self.unit_names}}
+        object.__setattr__(self, "_fns", fns)
+
+    @property
+    def unit_names(self) -> list[str]:
+        return unit_names(self.cfg)[self.unit_range[0]:self.unit_range[1]]
+
+    @property
+    def is_first(self) -> bool:
+        return self.unit_range[0] == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.unit_range[1] == self.cfg.num_units
+
+    def input_spec(self, micro_batch: int, seq_len: int) -> jax.ShapeDtypeStruct:
+        """Shape/dtype of what `apply` takes as x."""
+        if self.is_first:
+            return jax.ShapeDtypeStruct((micro_batch, seq_len), jnp.int32)
+        return jax.ShapeDtypeStruct((micro_batch, seq_len, self.cfg.hidden),
+                                    jnp.dtype(self.cfg.compute_dtype))
+
+    def output_spec(self, micro_batch: int, seq_len: int) -> jax.ShapeDtypeStruct:
+        """Shape/dtype of what `apply` returns (a float32 scalar on the last stage)."""
+        if self.is_last:
+            return jax.ShapeDtypeStruct((), jnp.float32)
+        return jax.ShapeDtypeStruct((micro_batch, seq_len, self.cfg.hidden),
+                                    jnp.dtype(self.cfg.compute_dtype))
+
+    def apply(self, params: dict, x, targets=None):
+        """Run the stage's units in order. Pure; jit/vjp it as you like."""
+        missing = [n for n in self.unit_names if n not in params]
+        if missing:
+            raise ModelConfigError(f"stage params lack unit(s) {', '.join(missing)}")
+        if self.is_last and targets is None:
+            raise ModelConfigError("the stage holding 'head' needs targets [B,T] to compute the loss")
+        _check_input(self, x)
+        for name in self.unit_names:
+            kind = unit_kind(name)
+            if kind == "head":
+                table = params["embed"]["tokens"]["embedding"] if self.cfg.tie_embeddings else None
+                x = self._fns["head"](params["head"], x, targets, table)
+            else:
+                x = self._fns[kind](params[name], x)
+        return x
+
+
+def _check_input(stage: Stage, x) -> None:
+    want_ndim = 2 if stage.is_first else 3
+    if getattr(x, "ndim", None) != want_ndim:
+        what = "int tokens [B,T]" if stage.is_first else "hidden [B,T,D]"
+        raise ModelConfigError(
+            f"stage {list(stage.unit_range)} takes {what}, got shape {getattr(x, 'shape', None)}")
+    if stage.is_first and not jnp.issubdtype(x.dtype, jnp.integer):
+        raise ModelConfigError(f"the first stage takes integer tokens, got {x.dtype}")
+    if not stage.is_first and x.shape[-1] != stage.cfg.hidden:
+        raise ModelConfigError(f"hidden size {x.shape[-1]} != {stage.cfg.hidden}")
+
+
+def build_stage(cfg: ModelConfig, unit_range, policy=None) -> Stage:
+    """A stage over the half-open `unit_range`; `policy` is a RecomputePolicy or
+    anything `resolve_policy` takes (default 'none')."""
+    return Stage(cfg, tuple(unit_range) if not isinstance(unit_range, tuple) else unit_range,
+                 _as_policy(policy, cfg))
+
+
+def model_loss(cfg: ModelConfig, params: dict, tokens, targets, policy=None):
+    """The whole model as one function: the reference for pipeline engines."""
+    return build_stage(cfg, (0, cfg.num_units), policy).apply(params, tokens, targets)
+
+
+def model_logits(cfg: ModelConfig, params: dict, tokens):
+    """Logits [B,T,V] of the whole model (no loss, no checkpointing): for tests/eval."""
+    x = tokens
+    for name in unit_names(cfg):
+        kind = unit_kind(name)
+        module = nnx.merge(unit_graphdef(cfg, kind), params[name])
+        if kind == "head":
+            table = params["embed"]["tokens"]["embedding"] if cfg.tie_embeddings else None
+            return module.logits(x, table)
+        x = module(x)
+    raise AssertionError("unreachable: the last unit is the head")
