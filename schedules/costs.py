@@ -4,11 +4,21 @@ Times in seconds (or any unit, used consistently), sizes in bytes. All per-stage
 fields are tuples of length p. The backward of an adjusted stage (one whose
 schedule row recomputes) takes bwd + recompute; its kept activations are
 act_bytes_recompute instead of act_bytes.
+
+JSON form (`obscura simulate --costs costs.json`, `to_json`/`from_json`): an object
+whose keys are the field names above; per-stage fields are lists of p numbers (or
+one number for every stage), `fwd` is required and fixes p, the rest default as in
+the dataclass, and an infinite bandwidth is written as null. An optional
+"format": "obscura-costs/1" key is accepted. Example:
+
+    {"fwd": [1, 1, 1, 1], "bwd": [2, 2, 2, 2], "recompute": 1.0,
+     "act_bytes": 4e9, "act_bytes_recompute": 1e9, "host_bandwidth": 5.5e10,
+     "p2p_latency": 1e-5, "p2p_bandwidth": null}
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from schedules.errors import ScheduleError
 
@@ -86,3 +96,48 @@ class StageCosts:
 
     def with_(self, **changes) -> "StageCosts":
         return replace(self, **changes)
+
+    def to_json(self) -> dict:
+        """Field name -> value; infinite bandwidths become null (JSON has no inf)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else (None if v == math.inf else v)
+        return out
+
+    @classmethod
+    def from_json(cls, data) -> "StageCosts":
+        if not isinstance(data, dict):
+            raise ScheduleError("costs JSON: top level must be an object")
+        data = dict(data)
+        fmt = data.pop("format", "obscura-costs/1")
+        if fmt != "obscura-costs/1":
+            raise ScheduleError(f"costs JSON: format must be 'obscura-costs/1', got {fmt!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ScheduleError(f"costs JSON: unknown key(s) {unknown}; known: {sorted(known)}")
+        if not isinstance(data.get("fwd"), list) or not data["fwd"]:
+            raise ScheduleError("costs JSON: 'fwd' must be a non-empty list (one forward time per stage)")
+        p = len(data["fwd"])
+        kwargs = {}
+        for name, v in data.items():
+            if name in _PER_STAGE:
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    v = [v] * p
+                if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                      for x in v):
+                    raise ScheduleError(f"costs JSON: {name!r} must be a number or a list of {p} numbers")
+                kwargs[name] = tuple(v)
+            else:
+                if v is None and name in ("p2p_bandwidth", "host_bandwidth"):
+                    v = math.inf
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ScheduleError(f"costs JSON: {name!r} must be a number, got {v!r}")
+                if math.isnan(v) or (math.isinf(v) and name not in ("p2p_bandwidth", "host_bandwidth")):
+                    raise ScheduleError(f"costs JSON: {name!r} must be finite, got {v!r}")
+                kwargs[name] = float(v)
+        return cls(**kwargs)
+
+
+_PER_STAGE = ("fwd", "bwd", "recompute", "act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes")

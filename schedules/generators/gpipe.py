@@ -1,0 +1,27 @@
+"""GPipe: all forwards, then all backwards (backwards in micro-batch order, as the
+FIFO rule of the validator wants). Holds m micro-batches on every stage.
+
+p=4, m=8, f=1, b=2 (F = forward, B = backward, digits = micro-batch; 1 char = 1 f):
+
+    stage 0 |FFFFFFFF..........BBBBBBBBBBBBBBBB......|   makespan 40 = 3(m+p-1) + ...
+    stage 1 |.FFFFFFFF......BBBBBBBBBBBBBBBB....|        (see golden/gpipe_p4_m8.txt)
+    stage 2 |..FFFFFFFF...BBBBBBBBBBBBBBBB..|
+    stage 3 |...FFFFFFFFBBBBBBBBBBBBBBBB|
+"""
+from __future__ import annotations
+
+from schedules.generators.common import assemble, check_recompute, check_sizes, resolve_adjusted
+from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.ir import Action, Kind, Schedule
+
+
+def gpipe(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",),
+          swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    adj = resolve_adjusted(adjusted, p)
+    rec = check_recompute(recompute)
+    rows = [[Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)]
+            for s in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    rows = add_swaps(rows, lam)
+    return assemble("gpipe", m, rows, adj, rec, lam, swap_fraction)

@@ -1,0 +1,57 @@
+"""1F1B (DAPPLE / PipeDream-Flush) and Recomp-N (on-demand recompute).
+
+Stage s warms up with min(p-s, m) forwards, then alternates one backward and one
+forward, then cools down with the remaining backwards; it holds at most p-s
+micro-batches. `recomp` is the same order with recompute on the adjusted stages
+(stages 0..N; adjusted="all" is Recomp-All = DAPPLE+), so `1f1b` with `adjusted`
+given is the same schedule under another name.
+
+p=4, m=8, f=1, b=2, no recompute (1 char = 1 time unit; F/B = kind, digits below =
+micro-batch where the op starts). Makespan 33 = (m+p-1)(f+b):
+
+    stage 0 |FFFF......BBFBBFBBFBBFBBFBB.BB.BB|
+    stage 1 |.FFF....BBFBBFBBFBBFBBFBBFBB.BB..|
+    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBBFBB....|
+    stage 3 |...FBBFBBFBBFBBFBBFBBFBBFBB......|
+
+Recomp-0 (stage 0 backwards take b+r = 3, R = recompute part): makespan 38.
+"""
+from __future__ import annotations
+
+from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
+                                          resolve_adjusted)
+from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.ir import Schedule
+
+
+def _one_f_one_b(name, num_stages, num_microbatches, adjusted, recompute, swap_blocks, swap_fraction,
+                 warmup=None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    adj = resolve_adjusted(adjusted, p)
+    rec = check_recompute(recompute)
+    if warmup is None:
+        warmup = tuple(min(p - s, m) for s in range(p))
+    else:
+        warmup = tuple(warmup)
+        if len(warmup) != p or not all(isinstance(w, int) and 1 <= w for w in warmup):
+            from schedules.errors import ScheduleError
+            raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
+    rows = [one_f_one_b_row(s, m, warmup[s]) for s in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    return assemble(name, m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
+
+
+def one_f_one_b(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",),
+                swap_blocks=0, swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
+    """1F1B; `warmup` (a per-stage tuple) overrides the min(p-s, m) warm-up forwards."""
+    return _one_f_one_b("1f1b", num_stages, num_microbatches, adjusted, recompute, swap_blocks,
+                        swap_fraction, warmup)
+
+
+def recomp(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
+           swap_blocks=0, swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
+    """Recomp-N: 1F1B with recompute on stages 0..N (adjusted=N); default Recomp-All."""
+    if adjusted is None:
+        adjusted = "all"
+    return _one_f_one_b("recomp", num_stages, num_microbatches, adjusted, recompute, swap_blocks,
+                        swap_fraction, warmup)

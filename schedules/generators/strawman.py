@@ -1,0 +1,38 @@
+"""Strawman pipeline (the paper's pipeline transformation, section 3).
+
+Adjusted stages migrate steady-phase forwards into their forward bubble: stage s
+runs min(m, 3(p-s-1)+1) forwards before its first backward (its p-s warm-up
+forwards plus the 2(p-s-1) forward slots of 1F1B's forward bubble), then
+alternates backward/forward, then cools down. The forward bubble becomes backward
+bubbles, where the adjusted stage's recompute hides. Non-adjusted stages stay 1F1B.
+
+p=4, m=8, f=1, b=2, r=1, adjusted=0 (R = recompute part of a B). Makespan 34
+(Recomp-0: 38, 1F1B without recompute: 33):
+
+    stage 0 |FFFFFFFF..RBBRBBRBBRBBRBBRBBRBBRBB|
+    stage 1 |.FFF....BBFBBFBBFBBFBBFBBFBB.BB.BB|   (stage 1-3: unchanged 1F1B)
+    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBBFBB.....|
+    stage 3 |...FBBFBBFBBFBBFBBFBBFBBFBB.......|
+"""
+from __future__ import annotations
+
+from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
+                                          resolve_adjusted)
+from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.ir import Schedule
+
+
+def strawman_warmup(num_stages: int, num_microbatches: int, adjusted) -> tuple[int, ...]:
+    p, m = num_stages, num_microbatches
+    return tuple(min(m, 3 * (p - s - 1) + 1) if s in adjusted else min(p - s, m) for s in range(p))
+
+
+def strawman(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
+             swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    adj = resolve_adjusted("all" if adjusted is None else adjusted, p)
+    rec = check_recompute(recompute)
+    warm = strawman_warmup(p, m, adj)
+    rows = [one_f_one_b_row(s, m, warm[s]) for s in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    return assemble("strawman", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)

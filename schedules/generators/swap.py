@@ -1,0 +1,106 @@
+"""Swap pass: insert SO/SI actions for lambda_s whole-micro-batch blocks per stage
+(the paper's swapping-aware recompute, section 5). Pure: rows in, new rows out.
+
+Blocks evicted are always the NEWEST in-flight micro-batches (their backwards are
+furthest away) and blocks loaded are the OLDEST evicted ones, so the resident set is
+the oldest R = w - lambda in-flight micro-batches (w = warm-up forwards):
+  eviction         warm-up: SO(x) right after each of the last lambda warm-up forwards;
+  eviction-loading steady:  after F(y), SO(y) evicts the newest block, then SI loads
+                            the oldest evicted one (the simulator starts that SI only
+                            after the SO ends: evict one block before loading one);
+  loading          cool-down: after each backward, SI the oldest evicted block, so it
+                            overlaps the next backward (hides up to 2f+r).
+Each phase's transfer overlaps compute for up to f, 3f+r and 2f+r respectively.
+
+    stage 0, w=5, lambda=2, m=8:
+    F0 F1 F2 F3 SO3 F4 SO4 | B0 F5 SO5 SI3 B1 F6 SO6 SI4 B2 F7 SO7 SI5 | B3 SI6 B4 SI7 B5 B6 B7
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Sequence
+
+from schedules.errors import ScheduleError
+from schedules.generators.common import warmup_count
+from schedules.ir import Action, Kind
+
+
+def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int, ...]:
+    """Per-stage lambda. An int is lambda_K at the last adjusted stage K, with
+    lambda_{s-1} = lambda_s + 1 on earlier adjusted stages (capped at w_s - 1, so each
+    stage keeps one block resident); a tuple gives every stage's lambda explicitly."""
+    p = len(rows)
+    if isinstance(swap_fraction, bool) or not isinstance(swap_fraction, (int, float)) \
+            or not 0.0 <= swap_fraction <= 1.0:
+        raise ScheduleError(f"swap fraction must be a number in [0, 1], got {swap_fraction!r}")
+    warm = [warmup_count(r) for r in rows]
+    if isinstance(swap_blocks, bool):
+        raise ScheduleError(f"swap_blocks must be an integer or a tuple of integers, got {swap_blocks!r}")
+    if isinstance(swap_blocks, int):
+        if swap_blocks < 0:
+            raise ScheduleError(f"swap_blocks must be >= 0, got {swap_blocks}")
+        if swap_blocks == 0:
+            return (0,) * p
+        if not adjusted:
+            raise ScheduleError("swap_blocks as one integer applies to adjusted stages, and none is adjusted "
+                                "(give adjusted=K, or a per-stage tuple)")
+        k = max(adjusted)
+        if swap_blocks > warm[k] - 1:
+            raise ScheduleError(f"swap_blocks={swap_blocks} at stage {k} must be <= {warm[k] - 1} "
+                                f"(its warm-up forwards minus one resident block)")
+        lam = [0] * p
+        for s in adjusted:
+            lam[s] = min(swap_blocks + (k - s), warm[s] - 1)
+    else:
+        lam = list(swap_blocks)
+        if len(lam) != p or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in lam):
+            raise ScheduleError(f"swap_blocks tuple must hold {p} integers >= 0, got {swap_blocks!r}")
+        for s, v in enumerate(lam):
+            if v > warm[s] - 1:
+                raise ScheduleError(f"swap_blocks[{s}]={v} must be <= {warm[s] - 1} "
+                                    f"(stage {s}'s warm-up forwards minus one resident block)")
+    if any(lam) and swap_fraction == 0.0:
+        raise ScheduleError("swap_blocks > 0 needs a swap fraction > 0 (beta, the share of a block moved)")
+    return tuple(lam)
+
+
+def add_swaps(rows: Sequence[Sequence[Action]], swap_blocks: Sequence[int]) -> list[list[Action]]:
+    return [_swap_row(list(row), lam) if lam else list(row) for row, lam in zip(rows, swap_blocks)]
+
+
+def _swap_row(row: list[Action], lam: int) -> list[Action]:
+    s = row[0].stage
+    compute = [a for a in row if a.kind in (Kind.F, Kind.B, Kind.W)]
+    w = warmup_count(compute)
+    target = w - lam                     # resident blocks kept once warm-up is over
+    inflight: list[int] = []             # forwarded, not yet backwarded (oldest first)
+    evicted: deque[int] = deque()        # oldest evicted first
+    out: list[Action] = []
+    in_warmup = True
+
+    def resident() -> int:
+        return len(inflight) - len(evicted)
+
+    for i, a in enumerate(compute):
+        x = a.microbatch
+        if a.kind == Kind.B:
+            in_warmup = False
+            if x in evicted:            # never happens with the rules above; keeps B safe anyway
+                evicted.remove(x)
+                out.append(Action(s, Kind.SI, x))
+        out.append(a)
+        if a.kind == Kind.F:
+            inflight.append(x)
+            if (in_warmup and x >= w - lam) or (not in_warmup):
+                out.append(Action(s, Kind.SO, x))
+                evicted.append(x)
+        elif a.kind == Kind.B:
+            inflight.remove(x)
+        if in_warmup:
+            continue
+        nxt = next((c for c in compute[i + 1:] if c.kind in (Kind.F, Kind.B)), None)
+        if a.kind == Kind.B and nxt is not None and nxt.kind == Kind.F:
+            continue                    # the coming F + SO frees room first: load after it
+        while evicted and resident() < target:
+            out.append(Action(s, Kind.SI, evicted.popleft()))
+    return out

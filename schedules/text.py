@@ -1,0 +1,82 @@
+"""Plain-text views of schedules and timelines: the stage x step grid (used by the
+validator's error messages and by the golden files) and a time-scaled ASCII chart.
+
+    step     0   1   2   3    4   5          one column per position in a stage's list;
+    stage 0  F0  F1  F2  F3  [B0] F4  ...    a marked cell is the action a check names
+    stage 1  F0  F1  F2  B0   F3  B1  ...  <- missing B7
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+
+def format_grid(rows: Sequence[Sequence[str]],
+                marks: Iterable[tuple[int, int]] = (),
+                notes: Mapping[int, str] | None = None,
+                labels: Sequence[str] | None = None) -> str:
+    """Render rows of action strings as an aligned stage x step grid.
+
+    `marks` holds (stage, index) cells to show as `[X]`; `notes` maps a stage to a
+    remark printed after its row (e.g. an action that is missing altogether).
+    """
+    marks = set(marks)
+    notes = dict(notes or {})
+    cells = [[f"[{a}]" if (s, i) in marks else f" {a} " for i, a in enumerate(row)]
+             for s, row in enumerate(rows)]
+    steps = max((len(r) for r in cells), default=0)
+    widths = [max([len(str(j)) + 2] + [len(r[j]) for r in cells if j < len(r)]) for j in range(steps)]
+    labels = list(labels) if labels is not None else [f"stage {s}" for s in range(len(rows))]
+    head_w = max([len("step")] + [len(lbl) for lbl in labels])
+    lines = ["step".ljust(head_w) + " " + "".join(f" {j} ".rjust(w) for j, w in enumerate(widths))]
+    for s, row in enumerate(cells):
+        line = labels[s].ljust(head_w) + " " + "".join(c.rjust(w) for c, w in zip(row, widths))
+        if s in notes:
+            line = line.rstrip().ljust(len(lines[0])) + "  <- " + notes[s]
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def schedule_text(schedule) -> str:
+    """Header + grid: the golden-file form of a schedule."""
+    head = (f"# {schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches\n"
+            + "".join(f"# stage {s}: recompute={list(spec.recompute)} swap_blocks={spec.swap_blocks} "
+                      f"swap_fraction={spec.swap_fraction:g}\n"
+                      for s, spec in enumerate(schedule.stages) if spec.recompute or spec.swap_blocks))
+    return head + format_grid(schedule.grid()) + "\n"
+
+
+_FILL = {"F": "f", "B": "b", "W": "w"}
+
+
+def timeline_ascii(timeline, unit: float = 1.0) -> str:
+    """One character per `unit` of time: compute ops as their micro-batch digit
+    (F upper row of symbols `0-9a-z`, recompute part of B shown as `r`), idle as `.`.
+
+        stage 0 |0123....0.1.2.3|     (digits = forward micro-batch, after `|B|` row...)
+
+    Each stage gets two lines: `F`/`B` kind letters and micro-batch digits, so the
+    picture reads without colour. Swaps are listed below the chart.
+    """
+    width = int(round(timeline.makespan / unit))
+    out = []
+    for s in range(len(timeline.stages)):
+        kinds = ["."] * width
+        mbs = [" "] * width
+        for op in timeline.ops:
+            if op.stage != s or op.kind.value not in _FILL:
+                continue
+            a, b = int(round(op.start / unit)), int(round(op.end / unit))
+            r = int(round((op.start + op.recompute) / unit))
+            for t in range(a, min(b, width)):
+                kinds[t] = "R" if t < r else op.kind.value
+                mbs[t] = _digit(op.microbatch) if t == a else "-"
+        out.append(f"stage {s} |{''.join(kinds)}|")
+        out.append(f"        |{''.join(mbs)}|")
+    swaps = [op for op in timeline.ops if op.kind.value in ("SO", "SI")]
+    if swaps:
+        out.append("swaps: " + " ".join(f"s{op.stage}:{op.action}@{op.start:g}-{op.end:g}" for op in swaps))
+    return "\n".join(out)
+
+
+def _digit(x: int) -> str:
+    return "0123456789abcdefghijklmnopqrstuvwxyz"[x] if x < 36 else "+"
