@@ -8,18 +8,22 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from models.config import ModelConfig
+from models.config import ModelConfig, ModelConfigError
 from models.layers import (RMSNorm, apply_rope, causal_attention, cross_entropy_mean, dense,
                            dtype_of, normal_init)
 
 
 class LlamaEmbed(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.max_seq_len = cfg.max_seq_len
         self.out_dtype = dtype_of(cfg.compute_dtype)
         self.tokens = nnx.Embed(cfg.vocab_size, cfg.hidden, param_dtype=dtype_of(cfg.param_dtype),
                                 embedding_init=normal_init(0.02), rngs=rngs)
 
     def __call__(self, tokens_BxT):
+        if tokens_BxT.shape[1] > self.max_seq_len:
+            raise ModelConfigError(
+                f"sequence length {tokens_BxT.shape[1]} exceeds max_seq_len {self.max_seq_len}")
         x_BxTxD = jnp.take(self.tokens.embedding[...], tokens_BxT, axis=0)
         return checkpoint_name(x_BxTxD.astype(self.out_dtype), "embed")
 
