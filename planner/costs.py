@@ -1,0 +1,175 @@
+"""The bridge from a profile to the simulator: per-stage sums over unit ranges.
+
+A partition is a tuple of half-open unit ranges ((0, 23), (23, 45), ...) that
+covers the 2L+2 units contiguously. `stage_costs` is the only place where profile
+numbers become a `StageCosts`, so the planner's models and the simulator always
+see the same stage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from planner.errors import PlanError
+from planner.profile import FULL, Profile
+from schedules.costs import StageCosts
+
+Partition = tuple[tuple[int, int], ...]
+
+
+def check_partition(partition: Sequence[Sequence[int]], num_units: int) -> Partition:
+    """Validated, normalised copy: contiguous, non-empty ranges covering all units."""
+    part = tuple((int(a), int(b)) for a, b in partition)
+    if not part:
+        raise PlanError("a partition needs at least one stage")
+    pos = 0
+    for s, (a, b) in enumerate(part):
+        if a != pos:
+            raise PlanError(f"stage {s} starts at unit {a}, expected {pos} (ranges must be contiguous)")
+        if b <= a:
+            raise PlanError(f"stage {s} has an empty unit range [{a}, {b})")
+        pos = b
+    if pos != num_units:
+        raise PlanError(f"partition ends at unit {pos}, the model has {num_units} units")
+    return part
+
+
+def even_partition(num_units: int, num_stages: int) -> Partition:
+    """The paper's even split: the 2L transformer units spread evenly, embed joins
+    the first stage and head the last (2L/p units each, +1 on the ends). Leftover
+    layer units, when 2L is not a multiple of p, go to the middle stages first,
+    which carry neither embed nor head."""
+    p = num_stages
+    if p < 1:
+        raise PlanError(f"number of stages must be >= 1, got {p}")
+    body = num_units - 2
+    if body < p:
+        raise PlanError(f"cannot split {num_units} units ({body} layer units) over {p} stages")
+    sizes = [body // p] * p
+    extra = body - sum(sizes)
+    order = sorted(range(p), key=lambda s: (s in (0, p - 1), abs(s - (p - 1) / 2)))
+    for s in order[:extra]:
+        sizes[s] += 1
+    sizes[0] += 1
+    sizes[-1] += 1
+    bounds, pos = [], 0
+    for n in sizes:
+        bounds.append((pos, pos + n))
+        pos += n
+    return tuple(bounds)
+
+
+@dataclass(frozen=True)
+class StageView:
+    """One stage of a partitioned profile: sums over its units."""
+    units: tuple[int, int]
+    kinds: tuple[str, ...]          # kind of each unit in the range
+    fwd: float
+    bwd: float
+    weight_bytes: float
+    input_bytes: float              # kept whatever is recomputed
+    op_time: tuple[tuple[str, float], ...]   # per op name: summed fwd_time over units
+    op_bytes: tuple[tuple[str, float], ...]  # per op name: summed act_bytes over units
+    boundary_bytes: float           # sent to the next stage per micro-batch (0 on the last)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.op_time)
+
+
+def _stage_view(profile: Profile, units: tuple[int, int], next_start: int | None) -> StageView:
+    kinds = profile.kinds[units[0]:units[1]]
+    time: dict[str, float] = {}
+    size: dict[str, float] = {}
+    fwd = bwd = weight = inputs = 0.0
+    for kind in kinds:
+        u = profile.unit(kind)
+        fwd += u.fwd_time
+        bwd += u.bwd_time
+        weight += u.weight_bytes
+        inputs += u.input_bytes
+        for name, op in u.ops:
+            time[name] = time.get(name, 0.0) + op.fwd_time
+            size[name] = size.get(name, 0.0) + op.act_bytes
+    boundary = 0.0 if next_start is None else profile.unit(profile.kinds[next_start]).input_bytes
+    return StageView(units, kinds, fwd, bwd, weight, inputs, tuple(time.items()),
+                     tuple(size.items()), boundary)
+
+
+@lru_cache(maxsize=4096)
+def _views(profile: Profile, partition: Partition) -> tuple[StageView, ...]:
+    return tuple(_stage_view(profile, r, partition[s + 1][0] if s + 1 < len(partition) else None)
+                 for s, r in enumerate(partition))
+
+
+def stage_views(profile: Profile, partition: Sequence[Sequence[int]]) -> tuple[StageView, ...]:
+    return _views(profile, check_partition(partition, profile.num_units))
+
+
+def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
+    """Activation bytes one micro-batch leaves on the stage under recompute set R."""
+    r = frozenset(recompute)
+    return sum(profile.unit(k).kept_bytes(r) for k in profile.kinds[units[0]:units[1]])
+
+
+def recompute_time(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
+    r = frozenset(recompute)
+    return sum(profile.unit(k).recompute_time(r) for k in profile.kinds[units[0]:units[1]])
+
+
+def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
+    """Extra bytes live while one micro-batch's backward rematerialises R: the
+    stage recomputes unit by unit (each unit is its own checkpoint), so the largest
+    single unit's recomputed activations, not their sum over the stage."""
+    r = frozenset(recompute)
+    if not r:
+        return 0.0
+    kinds = set(profile.kinds[units[0]:units[1]])
+    return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
+
+
+def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
+                recompute_sets: Sequence[Iterable[str]], *,
+                p2p_bandwidth: float | None = None, p2p_latency: float | None = None,
+                host_bandwidth: float | None = None) -> StageCosts:
+    """StageCosts for the simulator. `recompute_sets[s]` is stage s's recompute set
+    (empty for none; it sets recompute / act_bytes_recompute, which the simulator
+    uses on stages whose schedule row recomputes). Bandwidths default to the
+    profile's."""
+    views = stage_views(profile, partition)
+    if len(recompute_sets) != len(views):
+        raise PlanError(f"{len(recompute_sets)} recompute sets for {len(views)} stages")
+    sets = [frozenset(r) for r in recompute_sets]
+    return StageCosts(
+        fwd=tuple(v.fwd for v in views),
+        bwd=tuple(v.bwd for v in views),
+        recompute=tuple(recompute_time(profile, v.units, r) for v, r in zip(views, sets)),
+        act_bytes=tuple(kept_bytes(profile, v.units, ()) for v in views),
+        act_bytes_recompute=tuple(kept_bytes(profile, v.units, r) for v, r in zip(views, sets)),
+        weight_bytes=tuple(v.weight_bytes for v in views),
+        boundary_bytes=tuple(v.boundary_bytes for v in views),
+        p2p_latency=profile.p2p_latency if p2p_latency is None else p2p_latency,
+        p2p_bandwidth=profile.p2p_bandwidth if p2p_bandwidth is None else p2p_bandwidth,
+        host_bandwidth=profile.host_bandwidth if host_bandwidth is None else host_bandwidth,
+    )
+
+
+def move_unit(partition: Partition, src: int, dst: int) -> Partition:
+    """Move one unit's worth of work from stage `src` to stage `dst` keeping the
+    ranges contiguous: every boundary between them shifts by one unit towards src,
+    so src loses a unit, dst gains one and the stages between keep their count."""
+    if src == dst:
+        raise PlanError("cannot move a unit from a stage to itself")
+    if partition[src][1] - partition[src][0] < 2:
+        raise PlanError(f"stage {src} has a single unit left")
+    bounds = [b for _, b in partition[:-1]]  # bounds[i]: end of stage i = start of i+1
+    if src < dst:
+        for i in range(src, dst):
+            bounds[i] -= 1
+    else:
+        for i in range(dst, src):
+            bounds[i] += 1
+    starts = [0] + bounds
+    ends = bounds + [partition[-1][1]]
+    return check_partition(tuple(zip(starts, ends)), partition[-1][1])

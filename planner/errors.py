@@ -1,0 +1,19 @@
+"""Errors the planner raises for bad input. All are ValueErrors, so the CLI turns
+them into one line and exit code 2."""
+from __future__ import annotations
+
+
+class ProfileError(ValueError):
+    """A profile (obscura-profile/1) is malformed or inconsistent."""
+
+
+class PlanError(ValueError):
+    """A plan cannot be made, or a plan file (obscura-plan/1) is not valid."""
+
+
+class InfeasibleError(PlanError):
+    """No configuration fits the memory limit; carries the smallest limit that does."""
+
+    def __init__(self, message: str, smallest_feasible_limit: float | None = None):
+        super().__init__(message)
+        self.smallest_feasible_limit = smallest_feasible_limit

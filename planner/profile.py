@@ -1,0 +1,273 @@
+"""Profiles (obscura-profile/1): per unit kind, measured or derived costs.
+
+A profile describes one model at one (seq_len, micro_batch) on one device:
+per unit kind (embed, attn, mlp, head) its forward and backward time, its weight
+bytes (params + grads + optimizer state), its input bytes, and per named op its
+forward time and the activation bytes it keeps. The 2L+2 partition units are
+`embed, attn_0, mlp_0, ..., attn_{L-1}, mlp_{L-1}, head`; every unit of a kind
+costs the same.
+
+Under a recompute set R (op names, or the preset "full") a unit keeps
+    input_bytes + sum(act_bytes of its ops not in R)     ("full": input_bytes)
+per micro-batch and redoes
+    sum(fwd_time of its ops in R)                         ("full": fwd_time)
+inside its backward (design.md, "Profile JSON").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+from planner.errors import ProfileError
+from schedules.jsonio import read_json, write_json_atomic
+
+PROFILE_FORMAT = "obscura-profile/1"
+UNIT_KINDS = ("embed", "attn", "mlp", "head")
+FULL = "full"  # preset: recompute the whole unit forward, keep only its input
+
+
+def unit_kinds(num_layers: int) -> tuple[str, ...]:
+    """Kind of each of the 2L+2 partition units, in order."""
+    return ("embed",) + ("attn", "mlp") * num_layers + ("head",)
+
+
+def _number(where: str, value: Any, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(f"{where} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ProfileError(f"{where} must be finite, got {value!r}")
+    if positive and v <= 0:
+        raise ProfileError(f"{where} must be > 0, got {value!r}")
+    if v < 0:
+        raise ProfileError(f"{where} is negative ({value!r})")
+    return v
+
+
+def _integer(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProfileError(f"{where} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    fwd_time: float   # seconds to (re)compute the op's output once
+    act_bytes: float  # bytes of its output kept per micro-batch when not recomputed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fwd_time", _number("op fwd_time", self.fwd_time))
+        object.__setattr__(self, "act_bytes", _number("op act_bytes", self.act_bytes))
+
+
+@dataclass(frozen=True)
+class UnitProfile:
+    fwd_time: float
+    bwd_time: float
+    weight_bytes: float  # params + grads + optimizer state
+    input_bytes: float   # always kept (the unit's input is its checkpoint)
+    ops: tuple[tuple[str, OpProfile], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
+            object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
+        ops = self.ops.items() if isinstance(self.ops, Mapping) else self.ops
+        ops = tuple((str(n), o if isinstance(o, OpProfile) else OpProfile(**o)) for n, o in ops)
+        if len({n for n, _ in ops}) != len(ops):
+            raise ProfileError("unit lists an op twice")
+        object.__setattr__(self, "ops", ops)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.ops)
+
+    def op(self, name: str) -> OpProfile:
+        for n, o in self.ops:
+            if n == name:
+                return o
+        raise KeyError(name)
+
+    def kept_bytes(self, recompute: Iterable[str] = ()) -> float:
+        r = frozenset(recompute)
+        if FULL in r:
+            return self.input_bytes
+        return self.input_bytes + sum(o.act_bytes for n, o in self.ops if n not in r)
+
+    def recompute_time(self, recompute: Iterable[str] = ()) -> float:
+        r = frozenset(recompute)
+        if FULL in r:
+            return self.fwd_time
+        return sum(o.fwd_time for n, o in self.ops if n in r)
+
+    def recomputed_bytes(self, recompute: Iterable[str] = ()) -> float:
+        """Bytes rematerialised at once when this unit's backward recomputes R: the
+        working set one micro-batch needs on top of what is kept."""
+        r = frozenset(recompute)
+        return sum(o.act_bytes for n, o in self.ops if FULL in r or n in r)
+
+
+def family_of(model: str) -> str:
+    """Model family of a profile's `model` name: the registered config's family, or
+    by prefix for models we do not register (profiles from other tools)."""
+    from models.config import CONFIGS
+    if model in CONFIGS:
+        return CONFIGS[model].family
+    for family in ("llama", "gpt"):
+        if model.lower().startswith(family):
+            return family
+    raise ProfileError(f"cannot tell the model family of {model!r}: use a registered model name "
+                       f"or one starting with 'llama' or 'gpt'")
+
+
+def family_ops(family: str) -> frozenset[str]:
+    import models
+    return frozenset(models.ops_for(family))
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: str
+    device: str
+    num_layers: int
+    seq_len: int
+    micro_batch: int
+    host_bandwidth: float  # bytes/s per direction
+    p2p_bandwidth: float   # bytes/s between neighbouring stages
+    p2p_latency: float     # seconds per transfer
+    units: tuple[tuple[str, UnitProfile], ...]
+    family: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ProfileError(f"profile model must be a non-empty string, got {self.model!r}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ProfileError(f"profile device must be a non-empty string, got {self.device!r}")
+        for name in ("num_layers", "seq_len", "micro_batch"):
+            _integer(f"profile {name}", getattr(self, name))
+        for name in ("host_bandwidth", "p2p_bandwidth"):
+            object.__setattr__(self, name, _number(f"profile {name}", getattr(self, name), positive=True))
+        object.__setattr__(self, "p2p_latency", _number("profile p2p_latency", self.p2p_latency))
+        units = self.units.items() if isinstance(self.units, Mapping) else self.units
+        units = dict(units)
+        for kind in UNIT_KINDS:
+            if kind not in units:
+                raise ProfileError(f"profile is missing unit {kind!r}")
+        extra = sorted(set(units) - set(UNIT_KINDS))
+        if extra:
+            raise ProfileError(f"profile has unknown unit kind {extra[0]!r} "
+                               f"(expected {', '.join(UNIT_KINDS)})")
+        object.__setattr__(self, "units", tuple((k, units[k]) for k in UNIT_KINDS))
+        family = self.family or family_of(self.model)
+        object.__setattr__(self, "family", family)
+        vocab = family_ops(family)
+        for kind, unit in self.units:
+            for name in unit.op_names:
+                if name not in vocab:
+                    raise ProfileError(f"unknown op {name!r} in unit {kind!r} for the {family} "
+                                       f"family (known: {', '.join(sorted(vocab))})")
+
+    def unit(self, kind: str) -> UnitProfile:
+        return dict(self.units)[kind]
+
+    @property
+    def num_units(self) -> int:
+        return 2 * self.num_layers + 2
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return unit_kinds(self.num_layers)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for _, unit in self.units:
+            for n in unit.op_names:
+                seen[n] = None
+        return tuple(seen)
+
+    def to_json(self) -> dict:
+        return {
+            "format": PROFILE_FORMAT, "model": self.model, "device": self.device,
+            "num_layers": self.num_layers, "seq_len": self.seq_len,
+            "micro_batch": self.micro_batch, "host_bandwidth": self.host_bandwidth,
+            "p2p_bandwidth": self.p2p_bandwidth, "p2p_latency": self.p2p_latency,
+            "units": {kind: {"fwd_time": u.fwd_time, "bwd_time": u.bwd_time,
+                             "weight_bytes": u.weight_bytes, "input_bytes": u.input_bytes,
+                             "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
+                                     for n, o in u.ops}}
+                      for kind, u in self.units},
+        }
+
+
+_TOP_KEYS = ("model", "device", "num_layers", "seq_len", "micro_batch", "host_bandwidth",
+             "p2p_bandwidth", "p2p_latency", "units")
+_UNIT_KEYS = ("fwd_time", "bwd_time", "weight_bytes", "input_bytes")
+
+
+def profile_from_json(d: Any) -> Profile:
+    """Validate a decoded obscura-profile/1 document; one-line ProfileError naming
+    the first problem (extra keys written by other tools are ignored)."""
+    if not isinstance(d, dict):
+        raise ProfileError(f"a profile must be a JSON object, got {type(d).__name__}")
+    fmt = d.get("format")
+    if fmt != PROFILE_FORMAT:
+        raise ProfileError(f"not an {PROFILE_FORMAT} file (format is {fmt!r})")
+    for key in _TOP_KEYS:
+        if key not in d:
+            raise ProfileError(f"profile is missing key {key!r}")
+    units = d["units"]
+    if not isinstance(units, dict):
+        raise ProfileError("profile 'units' must be an object")
+    for kind in UNIT_KINDS:
+        if kind not in units:
+            raise ProfileError(f"profile is missing unit {kind!r}")
+    parsed = {}
+    for kind, u in units.items():
+        if kind not in UNIT_KINDS:
+            raise ProfileError(f"profile has unknown unit kind {kind!r} "
+                               f"(expected {', '.join(UNIT_KINDS)})")
+        if not isinstance(u, dict):
+            raise ProfileError(f"units.{kind} must be an object")
+        for key in _UNIT_KEYS:
+            if key not in u:
+                raise ProfileError(f"units.{kind} is missing {key!r}")
+        ops_d = u.get("ops", {})
+        if not isinstance(ops_d, dict):
+            raise ProfileError(f"units.{kind}.ops must be an object")
+        ops = []
+        for name, o in ops_d.items():
+            where = f"units.{kind}.ops.{name}"
+            if not isinstance(o, dict):
+                raise ProfileError(f"{where} must be an object")
+            for key in ("fwd_time", "act_bytes"):
+                if key not in o:
+                    raise ProfileError(f"{where} is missing {key!r}")
+            ops.append((name, OpProfile(_number(f"{where}.fwd_time", o["fwd_time"]),
+                                        _number(f"{where}.act_bytes", o["act_bytes"]))))
+        vals = {key: _number(f"units.{kind}.{key}", u[key]) for key in _UNIT_KEYS}
+        parsed[kind] = UnitProfile(**vals, ops=tuple(ops))
+    top = {key: d[key] for key in _TOP_KEYS if key != "units"}
+    for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):
+        _number(f"profile {key}", top[key], positive=key != "p2p_latency")
+    return Profile(**top, units=tuple(parsed.items()))
+
+
+def load_profile(path) -> Profile:
+    d = read_json(path, "profile")
+    try:
+        return profile_from_json(d)
+    except ProfileError as e:
+        raise ProfileError(f"profile {path}: {e}") from None
+
+
+def save_profile(profile: Profile, path) -> None:
+    write_json_atomic(path, profile.to_json())
+
+
+def derive_profile(profile: Profile, num_layers: int, model: str | None = None) -> Profile:
+    """The same per-unit costs with another layer count: the paper's 18/23/28B
+    models are the 13B shape with more layers, so a measured 13B profile stands in
+    for them (`model` names the result, e.g. "llama2-28b")."""
+    _integer("num_layers", num_layers)
+    return replace(profile, num_layers=num_layers, model=model or profile.model)

@@ -1,0 +1,247 @@
+"""Swapping-aware recomputation: Eq. 4 as a 0/1 program solved with OR-Tools CP-SAT.
+
+For fixed swap variables (lambda_s per adjusted stage, beta) choose, per adjusted
+stage s = 0..k, which ops to recompute (x_{s,i} = 1) or the whole-unit preset
+"full", to
+
+    minimise  T_0 (Eq. 3 / 5-6 with T_C from Eq. 2; planner.time_model)
+    s.t.      W_s + c_s * kept_s + work_s <= G              (memory, Eq. 1: c_s = mu_s - beta lambda_s)
+              kept_s * beta <= (f_s + b_s + r_s) * B        (when lambda_s > 0: a block hides)
+    with      r_s = sum_i x_i t_i           kept_s = base_s + sum_i (1 - x_i) a_i
+              work_s = max over unit kinds of one unit's recomputed bytes
+
+and, among equally fast choices, the least total recompute time, then the fewest
+recomputed ops. `brute_force` solves the same problem by enumeration (the test
+oracle); `evaluate` scores any choice in floating point.
+
+Integer scaling (CP-SAT needs integers). Bytes are counted in quanta q =
+G / 2^31 (about 40 bytes at 80 GiB). Every byte amount that is *kept or stays resident* is
+rounded UP (ceil(c_s a_i / q) per op, ceil for the working set), and the room
+left, floor((G - W_s - c_s base_s) / q), is rounded DOWN, so an accepted choice
+never needs more memory than the float model says it does: memory is never
+under-predicted. The hiding constraint likewise rounds the bytes moved up and the
+time that hides them down. Times are counted in quanta tau = (slowest stage step) /
+10^5 and rounded to the nearest quantum: they only rank choices, so a choice may be
+off the float optimum by at most a few tau (1e-5 of a step each), and every choice
+is re-scored in floats by `evaluate`.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from planner.profile import FULL
+from planner.time_model import finish_times, swap_hides, swap_stall
+
+TIME_RESOLUTION = 100_000
+BYTE_QUANTA = 2 ** 31
+
+
+@dataclass(frozen=True)
+class StageProblem:
+    """One adjusted stage of Eq. 4. Op quantities are summed over the stage's units;
+    `unit_op_bytes` gives, per distinct unit kind of the stage, the bytes of each op
+    (same order as `ops`) in ONE unit: the working set while that unit recomputes."""
+    ops: tuple[str, ...]
+    op_time: tuple[float, ...]
+    op_bytes: tuple[float, ...]
+    unit_op_bytes: tuple[tuple[float, ...], ...]
+    base_bytes: float      # unit inputs: kept whatever is recomputed
+    full_time: float       # recompute time of "full" (the stage's whole forward)
+    fwd: float
+    bwd: float
+    weight_bytes: float
+    resident: float        # c_s: micro-batches' worth of kept bytes at the peak
+    swap_blocks: int = 0   # lambda_s
+    memory_limit: float = math.inf
+
+    def __post_init__(self) -> None:
+        n = len(self.ops)
+        if len(self.op_time) != n or len(self.op_bytes) != n or any(len(u) != n for u in self.unit_op_bytes):
+            raise ValueError("StageProblem: per-op tuples must all have one entry per op")
+
+
+@dataclass(frozen=True)
+class RecomputeProblem:
+    stages: tuple[StageProblem, ...]  # adjusted stages 0..k
+    num_stages: int                   # p
+    num_microbatches: int             # m
+    beta: float = 0.0
+    host_bandwidth: float = math.inf
+    c_non: float = 0.0                # slowest step among stages k+1..p-1
+    allow_full: bool = True
+
+    @property
+    def k(self) -> int:
+        return len(self.stages) - 1
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    recompute: frozenset[str]
+    recompute_time: float
+    kept_bytes: float
+    working_bytes: float
+    peak_bytes: float
+
+
+@dataclass(frozen=True)
+class RecomputeSolution:
+    stages: tuple[StageChoice, ...]
+    iteration_time: float          # T_0 of the float model
+    status: str = "OPTIMAL"
+    solve_seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def sets(self) -> tuple[frozenset[str], ...]:
+        return tuple(c.recompute for c in self.stages)
+
+
+def stage_choice(st: StageProblem, recompute: frozenset[str], beta: float, host_bandwidth: float
+                 ) -> tuple[StageChoice, bool]:
+    """Float quantities of one stage under R, and whether R satisfies its constraints."""
+    full = FULL in recompute
+    on = [full or n in recompute for n in st.ops]
+    r = st.full_time if full else sum(t for t, x in zip(st.op_time, on) if x)
+    kept = st.base_bytes + sum(a for a, x in zip(st.op_bytes, on) if not x)
+    work = max((sum(a for a, x in zip(u, on) if x) for u in st.unit_op_bytes), default=0.0)
+    peak = st.weight_bytes + st.resident * kept + work
+    ok = peak <= st.memory_limit
+    if st.swap_blocks > 0 and beta > 0:
+        ok = ok and swap_hides(kept, beta, host_bandwidth, st.fwd, st.bwd, r)
+    return StageChoice(frozenset(recompute), r, kept, work, peak), ok
+
+
+def evaluate(problem: RecomputeProblem, sets: Sequence[frozenset[str]]
+             ) -> tuple[bool, float, float, tuple[StageChoice, ...]]:
+    """(feasible, T_0, total recompute time, per-stage quantities) in floats."""
+    p, m, k = problem.num_stages, problem.num_microbatches, problem.k
+    choices, feasible = [], True
+    for st, r in zip(problem.stages, sets):
+        c, ok = stage_choice(st, frozenset(r), problem.beta, problem.host_bandwidth)
+        choices.append(c)
+        feasible = feasible and ok
+    c_adj = max(st.fwd + st.bwd + c.recompute_time for st, c in zip(problem.stages, choices))
+    stalls = [swap_stall(st.swap_blocks, c.kept_bytes, problem.beta, problem.host_bandwidth, st.fwd,
+                         st.bwd, c.recompute_time, k, s) for s, (st, c) in enumerate(zip(problem.stages, choices))]
+    stalls += [0.0] * (p - len(stalls))
+    t0 = finish_times(p, m, k, c_adj, problem.c_non, stalls)[0]
+    return feasible, t0, sum(c.recompute_time for c in choices), tuple(choices)
+
+
+def _key(problem, sets):
+    ok, t0, rsum, _ = evaluate(problem, sets)
+    nops = sum(len(problem.stages[s].ops) if FULL in r else len(r) for s, r in enumerate(sets))
+    return ok, (t0, rsum, nops)
+
+
+def brute_force(problem: RecomputeProblem) -> RecomputeSolution | None:
+    """Enumerate every op subset (and "full") of every stage; exponential, for tests."""
+    options = []
+    for st in problem.stages:
+        subsets = [frozenset(c) for n in range(len(st.ops) + 1) for c in itertools.combinations(st.ops, n)]
+        if problem.allow_full:
+            subsets.append(frozenset({FULL}))
+        options.append(subsets)
+    best, best_key = None, None
+    for sets in itertools.product(*options):
+        ok, key = _key(problem, sets)
+        if ok and (best_key is None or key < best_key):
+            best, best_key = sets, key
+    if best is None:
+        return None
+    _, t0, _, choices = evaluate(problem, best)
+    return RecomputeSolution(choices, t0, "BRUTE_FORCE")
+
+
+def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolution | None:
+    """Solve Eq. 4 with CP-SAT; None when no choice fits (e.g. memory too tight)."""
+    import time
+
+    from ortools.sat.python import cp_model
+
+    start = time.perf_counter()
+    p, m, k = problem.num_stages, problem.num_microbatches, problem.k
+    beta, bw = problem.beta, problem.host_bandwidth
+    steps = [st.fwd + st.bwd + max(st.full_time, sum(st.op_time)) for st in problem.stages]
+    tau = max(steps + [problem.c_non, 1e-30]) / TIME_RESOLUTION
+    scale = [st.memory_limit for st in problem.stages if math.isfinite(st.memory_limit)]
+    scale += [st.base_bytes + sum(st.op_bytes) for st in problem.stages]
+    q = max(max(scale, default=1.0), 1e-30) / BYTE_QUANTA
+
+    def t_units(x: float) -> int:
+        return int(round(x / tau))
+
+    model = cp_model.CpModel()
+    horizon = t_units((max(steps + [problem.c_non]) * (m + p + 1)) * (2 + p)) + 10
+    c_adj = model.NewIntVar(0, horizon, "C_adj")
+    t_next = None
+    if k + 1 < p:
+        t_next = t_units(problem.c_non * (m + p - k - 2))
+    r_exprs, nvars, xs, fulls = [], [], [], []
+    finish = [model.NewIntVar(0, horizon, f"T{s}") for s in range(k + 1)]
+    for s, st in enumerate(problem.stages):
+        x = [model.NewBoolVar(f"x{s}_{n}") for n in st.ops]
+        full = model.NewBoolVar(f"full{s}") if problem.allow_full else 0
+        if problem.allow_full:
+            for xi in x:
+                model.Add(xi + full <= 1)
+        xs.append(x)
+        fulls.append(full)
+        keep = [1 - xi - full for xi in x]  # 1 when the op's output is kept
+        r_expr = sum(xi * t_units(t) for xi, t in zip(x, st.op_time)) + full * t_units(st.full_time)
+        r_exprs.append(r_expr)
+        nvars.append(sum(x) + full * len(st.ops))
+        # memory: resident kept bytes + working set <= G - W (bytes in quanta, rounded safe)
+        if math.isfinite(st.memory_limit):
+            room = math.floor((st.memory_limit - st.weight_bytes - st.resident * st.base_bytes) / q)
+            if room < 0:
+                return None
+            work = model.NewIntVar(0, 2 ** 40, f"work{s}")
+            for u in st.unit_op_bytes:
+                model.Add(work >= sum((xi + full) * math.ceil(a / q) for xi, a in zip(x, u)))
+            model.Add(sum(kv * math.ceil(st.resident * a / q) for kv, a in zip(keep, st.op_bytes))
+                      + work <= room)
+        stall = 0
+        if st.swap_blocks > 0 and beta > 0:
+            lam = st.swap_blocks
+            # a block must hide under one steady forward + backward
+            model.Add(sum(kv * math.ceil(beta * a / q) for kv, a in zip(keep, st.op_bytes))
+                      + math.ceil(beta * st.base_bytes / q)
+                      <= math.floor((st.fwd + st.bwd) * bw / q)
+                      + sum(xi * math.floor(t * bw / q) for xi, t in zip(x, st.op_time))
+                      + full * math.floor(st.full_time * bw / q))
+            moved = (t_units(lam * beta * st.base_bytes / bw)
+                     + sum(kv * t_units(lam * beta * a / bw) for kv, a in zip(keep, st.op_bytes)))
+            e1 = model.NewIntVar(0, horizon, f"evict{s}")
+            model.Add(e1 >= moved - t_units(lam * st.fwd) - (k - s) * (t_units(st.bwd) + r_expr))
+            e2 = model.NewIntVar(0, horizon, f"load{s}")
+            model.Add(e2 >= moved - lam * (t_units(st.bwd) + r_expr))
+            stall = e1 + e2
+        model.Add(c_adj >= t_units(st.fwd + st.bwd) + r_expr)
+        model.Add(finish[s] >= (m + k - s) * c_adj + stall)
+        after = finish[s + 1] if s < k else t_next
+        if after is not None:
+            model.Add(finish[s] >= after + c_adj)
+    total_ops = sum(len(st.ops) for st in problem.stages)
+    w_r = total_ops + 1
+    w_t = sum(t_units(max(st.full_time, sum(st.op_time))) for st in problem.stages) * w_r + w_r
+    model.Minimize(finish[0] * w_t + sum(r_exprs) * w_r + sum(nvars))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = time_limit
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    sets = []
+    for st, x, full in zip(problem.stages, xs, fulls):
+        if problem.allow_full and solver.Value(full):
+            sets.append(frozenset({FULL}))
+        else:
+            sets.append(frozenset(n for n, xi in zip(st.ops, x) if solver.Value(xi)))
+    ok, t0, _, choices = evaluate(problem, sets)
+    if not ok:  # the rounding above is conservative, so this would be a bug
+        raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
+    return RecomputeSolution(choices, t0, solver.StatusName(status), time.perf_counter() - start)
