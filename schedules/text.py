@@ -49,13 +49,13 @@ _FILL = {"F": "f", "B": "b", "W": "w"}
 
 
 def timeline_ascii(timeline, unit: float = 1.0) -> str:
-    """One character per `unit` of time: compute ops as their micro-batch digit
-    (F upper row of symbols `0-9a-z`, recompute part of B shown as `r`), idle as `.`.
+    """A time-scaled picture, one character per `unit` of time. Per stage, the first
+    line shows the kind running (F, B, W; R = the recompute part of a B; . = idle),
+    the second the micro-batch (0-9a-z) where an op starts and - while it runs.
+    Swaps, which use the host links and not the compute stream, are listed below.
 
-        stage 0 |0123....0.1.2.3|     (digits = forward micro-batch, after `|B|` row...)
-
-    Each stage gets two lines: `F`/`B` kind letters and micro-batch digits, so the
-    picture reads without colour. Swaps are listed below the chart.
+        stage 0 |FFFF......BBFBBFBBF...|
+                |0123      0-41-52-6...|
     """
     width = int(round(timeline.makespan / unit))
     out = []

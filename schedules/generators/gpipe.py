@@ -1,12 +1,17 @@
 """GPipe: all forwards, then all backwards (backwards in micro-batch order, as the
 FIFO rule of the validator wants). Holds m micro-batches on every stage.
 
-p=4, m=8, f=1, b=2 (F = forward, B = backward, digits = micro-batch; 1 char = 1 f):
+p=4, m=8, f=1, b=2, makespan 33 (one char = one time unit; upper line: F/B running,
+lower line: the micro-batch each op works on; see schedules.text.timeline_ascii):
 
-    stage 0 |FFFFFFFF..........BBBBBBBBBBBBBBBB......|   makespan 40 = 3(m+p-1) + ...
-    stage 1 |.FFFFFFFF......BBBBBBBBBBBBBBBB....|        (see golden/gpipe_p4_m8.txt)
-    stage 2 |..FFFFFFFF...BBBBBBBBBBBBBBBB..|
-    stage 3 |...FFFFFFFFBBBBBBBBBBBBBBBB|
+    stage 0 |FFFFFFFF.........BBBBBBBBBBBBBBBB|
+            |01234567         0-1-2-3-4-5-6-7-|
+    stage 1 |.FFFFFFFF......BBBBBBBBBBBBBBBB..|
+            | 01234567      0-1-2-3-4-5-6-7-  |
+    stage 2 |..FFFFFFFF...BBBBBBBBBBBBBBBB....|
+            |  01234567   0-1-2-3-4-5-6-7-    |
+    stage 3 |...FFFFFFFFBBBBBBBBBBBBBBBB......|
+            |   012345670-1-2-3-4-5-6-7-      |
 """
 from __future__ import annotations
 

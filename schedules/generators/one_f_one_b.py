@@ -6,15 +6,29 @@ micro-batches. `recomp` is the same order with recompute on the adjusted stages
 (stages 0..N; adjusted="all" is Recomp-All = DAPPLE+), so `1f1b` with `adjusted`
 given is the same schedule under another name.
 
-p=4, m=8, f=1, b=2, no recompute (1 char = 1 time unit; F/B = kind, digits below =
-micro-batch where the op starts). Makespan 33 = (m+p-1)(f+b):
+p=4, m=8, f=1, b=2, no recompute (one char = one time unit; upper line: F/B
+running, R = recompute part of a B; lower line: micro-batch). Makespan 33 =
+(m+p-1)(f+b):
 
-    stage 0 |FFFF......BBFBBFBBFBBFBBFBB.BB.BB|
-    stage 1 |.FFF....BBFBBFBBFBBFBBFBBFBB.BB..|
-    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBBFBB....|
+    stage 0 |FFFF......BBFBBFBBFBBFBB.BB.BB.BB|
+            |0123      0-41-52-63-74- 5- 6- 7-|
+    stage 1 |.FFF....BBFBBFBBFBBFBBFBB.BB.BB..|
+            | 012    0-31-42-53-64-75- 6- 7-  |
+    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBB.BB....|
+            |  01  0-21-32-43-54-65-76- 7-    |
     stage 3 |...FBBFBBFBBFBBFBBFBBFBBFBB......|
+            |   00-11-22-33-44-55-66-77-      |
 
-Recomp-0 (stage 0 backwards take b+r = 3, R = recompute part): makespan 38.
+Recomp-0 (r=1: stage 0's backwards take b+r = 3), makespan 38:
+
+    stage 0 |FFFF......RBBFRBBFRBBFRBBFRBBRBBRBBRBB|
+            |0123      0--41--52--63--74--5--6--7--|
+    stage 1 |.FFF....BBFBB.FBB.FBB.FBB.FBB.BB.BB...|
+            | 012    0-31- 42- 53- 64- 75- 6- 7-   |
+    stage 2 |..FF..BBFBBFBB.FBB.FBB.FBB.FBB.BB.....|
+            |  01  0-21-32- 43- 54- 65- 76- 7-     |
+    stage 3 |...FBBFBBFBBFBB.FBB.FBB.FBB.FBB.......|
+            |   00-11-22-33- 44- 55- 66- 77-       |
 """
 from __future__ import annotations
 

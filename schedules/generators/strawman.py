@@ -7,12 +7,16 @@ alternates backward/forward, then cools down. The forward bubble becomes backwar
 bubbles, where the adjusted stage's recompute hides. Non-adjusted stages stay 1F1B.
 
 p=4, m=8, f=1, b=2, r=1, adjusted=0 (R = recompute part of a B). Makespan 34
-(Recomp-0: 38, 1F1B without recompute: 33):
+(Recomp-0: 38, 1F1B without recompute: 33); stage 0 holds all 8 micro-batches:
 
     stage 0 |FFFFFFFF..RBBRBBRBBRBBRBBRBBRBBRBB|
-    stage 1 |.FFF....BBFBBFBBFBBFBBFBBFBB.BB.BB|   (stage 1-3: unchanged 1F1B)
-    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBBFBB.....|
+            |01234567  0--1--2--3--4--5--6--7--|
+    stage 1 |.FFF....BBFBBFBBFBBFBBFBB.BB.BB...|
+            | 012    0-31-42-53-64-75- 6- 7-   |
+    stage 2 |..FF..BBFBBFBBFBBFBBFBBFBB.BB.....|
+            |  01  0-21-32-43-54-65-76- 7-     |
     stage 3 |...FBBFBBFBBFBBFBBFBBFBBFBB.......|
+            |   00-11-22-33-44-55-66-77-       |
 """
 from __future__ import annotations
 
