@@ -176,39 +176,54 @@ class Timeline:
             raise ScheduleError(f"malformed simulation JSON: {type(e).__name__}: {e}") from None
 
 
-def _stage_stats(s, p, ops, index, makespan, kept, beta) -> tuple[StageStats, tuple]:
-    compute = [o for o in ops if o.kind in COMPUTE]
-    busy = sum(o.duration for o in compute)
-    recompute = sum(o.recompute for o in compute)
-    swap = sum(o.duration for o in ops if o.kind in (Kind.SO, Kind.SI))
-    bs = [o for o in compute if o.kind == Kind.B]
+def idle_intervals(ops, makespan: float) -> list[tuple[float, float, str]]:
+    """(start, end, label) of every idle stretch of one stage's compute stream over
+    [0, makespan]; labels are EXTRA_FIELDS / forward_bubble / backward_bubble names."""
+    seq = sorted((o for o in ops if o.kind in COMPUTE), key=lambda o: (o.start, o.end))
+    if not seq:
+        return [(0.0, makespan, "idle_before")] if makespan > 0 else []
+    bs = [o for o in seq if o.kind == Kind.B]
     first_b = min((o.start for o in bs), default=makespan)
     last_b = max((o.end for o in bs), default=makespan)
-    idle = dict.fromkeys(EXTRA_FIELDS + ("forward_bubble", "backward_bubble"), 0.0)
-    comm_wait = 0.0
+    out = []
     prev_end = 0.0
-    seq = sorted(compute, key=lambda o: (o.start, o.end))
     for i, o in enumerate(seq):
-        gap = o.start - prev_end
-        if gap > 0:
+        if o.start > prev_end:
             if i == 0:
-                idle["idle_before"] += gap
+                out.append((prev_end, o.start, "idle_before"))
             elif o.start <= first_b:
-                idle["forward_bubble" if o.start == first_b else "warmup_bubble"] += gap
+                out.append((prev_end, o.start, "forward_bubble" if o.start == first_b else "warmup_bubble"))
             else:
                 # a gap straddling the last backward's end counts only up to it
-                inside = max(0.0, min(o.start, last_b) - prev_end)
-                idle["backward_bubble"] += inside
-                idle["idle_after"] += gap - inside
+                cut = max(prev_end, min(o.start, last_b))
+                if cut > prev_end:
+                    out.append((prev_end, cut, "backward_bubble"))
+                if o.start > cut:
+                    out.append((cut, o.start, "idle_after"))
+        prev_end = max(prev_end, o.end)
+    if makespan > prev_end:
+        out.append((prev_end, makespan, "idle_after"))
+    return out
+
+
+def _stage_stats(s, p, ops, index, makespan, kept, beta) -> tuple[StageStats, tuple]:
+    compute = [o for o in ops if o.kind in COMPUTE]
+    idle = dict.fromkeys(EXTRA_FIELDS + ("forward_bubble", "backward_bubble"), 0.0)
+    for a, b, label in idle_intervals(compute, makespan):
+        idle[label] += b - a
+    comm_wait, prev_end = 0.0, 0.0
+    for o in sorted(compute, key=lambda o: (o.start, o.end)):
         comm_wait += _comm_wait(o, prev_end, index, p)
         prev_end = max(prev_end, o.end)
-    idle["idle_after"] += makespan - prev_end if seq else 0.0
-    if not seq:
-        idle["idle_before"] = makespan
     peak_bytes, peak_inflight, mem = _memory(ops, kept, beta)
-    return StageStats(busy, recompute, idle["forward_bubble"], idle["backward_bubble"], comm_wait, swap,
-                      peak_bytes, peak_inflight, idle["warmup_bubble"], idle["idle_before"],
-                      idle["idle_after"]), mem
+    return StageStats(compute=sum(o.duration for o in compute),
+                      recompute=sum(o.recompute for o in compute),
+                      forward_bubble=idle["forward_bubble"], backward_bubble=idle["backward_bubble"],
+                      comm_wait=comm_wait,
+                      swap=sum((o.duration for o in ops if o.kind in (Kind.SO, Kind.SI)), 0.0),
+                      peak_activation_bytes=peak_bytes, peak_inflight_microbatches=peak_inflight,
+                      warmup_bubble=idle["warmup_bubble"], idle_before=idle["idle_before"],
+                      idle_after=idle["idle_after"]), mem
 
 
 def _comm_wait(o: OpRecord, prev_end: float, index, p: int) -> float:

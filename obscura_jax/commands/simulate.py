@@ -1,10 +1,162 @@
-"""obscura simulate: placeholder until its issue lands (replaced by the owning work)."""
+"""obscura simulate: generate (or load) a schedule, simulate it, print per-stage figures.
+
+    obscura simulate --schedule recomp --stages 4 --microbatches 8 --adjusted all \\
+        --fwd 1 --bwd 2 --recompute-time 1 --json sim.json --gantt sim.png
+
+Costs come from --fwd/--bwd/--recompute-time (+ --act-bytes, --host-bandwidth, ...,
+uniform over stages) or from --costs costs.json (a StageCosts JSON: keys are the
+StageCosts field names, see schedules/costs.py), not both. --schedule-json writes
+the schedule ("obscura-schedule/1"), --from-schedule simulates a schedule file.
+Pure Python: never imports JAX.
+"""
+from __future__ import annotations
+
+_COST_FLAGS = ("fwd", "bwd", "recompute_time", "act_bytes", "act_bytes_recompute", "host_bandwidth",
+               "p2p_latency", "p2p_bandwidth", "boundary_bytes")
 
 
 def add_parser(sub):
-    p = sub.add_parser("simulate", help="(not built yet)")
+    p = sub.add_parser("simulate", help="simulate a pipeline schedule (no JAX)",
+                       description="Generate or load a pipeline schedule and simulate it under a cost model.")
+    g = p.add_argument_group("schedule")
+    g.add_argument("--schedule", help="generator name: gpipe, 1f1b, recomp, strawman, obscura")
+    g.add_argument("--from-schedule", metavar="PATH", help="simulate this schedule JSON instead of generating")
+    g.add_argument("--stages", metavar="P", help="pipeline stages")
+    g.add_argument("--microbatches", metavar="M", help="micro-batches per iteration")
+    g.add_argument("--adjusted", metavar="K|all|none|LIST",
+                   help="recomputing stages: K = stages 0..K, 'all', 'none', or a list like 0,2")
+    g.add_argument("--recompute", default="full", metavar="NAMES",
+                   help="what adjusted stages recompute: op or preset names, comma-separated (default full)")
+    g.add_argument("--swap-blocks", default="0", metavar="L|LIST",
+                   help="lambda at the last adjusted stage (+1 per earlier stage) or one per stage")
+    g.add_argument("--swap-fraction", default="0", metavar="BETA", help="share of a block swapped, in [0, 1]")
+    g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp) or caps (obscura)")
+    c = p.add_argument_group("costs (uniform over stages unless --costs)")
+    c.add_argument("--costs", metavar="PATH", help="StageCosts JSON (keys = StageCosts field names)")
+    c.add_argument("--fwd", help="forward time f (default 1)")
+    c.add_argument("--bwd", help="backward time b (default 2)")
+    c.add_argument("--recompute-time", help="recompute time r inside an adjusted backward (default 1)")
+    c.add_argument("--act-bytes", help="activation bytes kept per micro-batch, no recompute (default 0)")
+    c.add_argument("--act-bytes-recompute", help="the same on adjusted stages (default: --act-bytes)")
+    c.add_argument("--host-bandwidth", help="bytes/time per direction to host (default inf)")
+    c.add_argument("--p2p-latency", help="latency of a stage-to-stage transfer (default 0)")
+    c.add_argument("--p2p-bandwidth", help="bytes/time between stages (default inf)")
+    c.add_argument("--boundary-bytes", help="bytes sent between stages per micro-batch (default 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="OUT", help="write the Simulation JSON here")
+    o.add_argument("--schedule-json", metavar="SCHED", help="write the schedule JSON here")
+    o.add_argument("--gantt", metavar="PNG", help="draw a Gantt chart (PNG and SVG beside it)")
+    o.add_argument("--ascii", action="store_true", help="also print a time-scaled text chart")
     p.set_defaults(func=run)
 
 
+def _number(text, flag: str, *, integer: bool = False, default=None):
+    if text is None:
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"--{flag} must be {kind}, got {text!r}") from None
+    return value
+
+
+def _int_list(text: str, flag: str):
+    """'3' -> 3; '3,2,1,0' -> (3, 2, 1, 0)."""
+    parts = [t.strip() for t in text.split(",")]
+    vals = tuple(_number(t, flag, integer=True) for t in parts)
+    return vals[0] if len(vals) == 1 and "," not in text else vals
+
+
+def _adjusted(text):
+    if text is None:
+        return None
+    if "," in text:
+        return _int_list(text, "adjusted")
+    return text  # K, 'all' or 'none': the generator checks the range
+
+
+def _costs(args, p: int):
+    from schedules import StageCosts
+    from schedules.jsonio import read_json
+
+    given = [f for f in _COST_FLAGS if getattr(args, f) is not None]
+    if args.costs:
+        if given:
+            raise ValueError(f"--costs cannot be combined with --{given[0].replace('_', '-')}")
+        costs = StageCosts.from_json(read_json(args.costs, "costs JSON"))
+        if costs.num_stages != p:
+            raise ValueError(f"--costs describes {costs.num_stages} stages, the schedule has {p}")
+        return costs
+    num = {f: _number(getattr(args, f), f.replace("_", "-")) for f in _COST_FLAGS}
+    act = num["act_bytes"] or 0.0
+    return StageCosts.uniform(
+        p, fwd=1.0 if num["fwd"] is None else num["fwd"], bwd=2.0 if num["bwd"] is None else num["bwd"],
+        recompute=1.0 if num["recompute_time"] is None else num["recompute_time"],
+        act_bytes=act, act_bytes_recompute=act if num["act_bytes_recompute"] is None else num["act_bytes_recompute"],
+        boundary_bytes=num["boundary_bytes"] or 0.0,
+        p2p_latency=num["p2p_latency"] or 0.0,
+        p2p_bandwidth=float("inf") if num["p2p_bandwidth"] is None else num["p2p_bandwidth"],
+        host_bandwidth=float("inf") if num["host_bandwidth"] is None else num["host_bandwidth"])
+
+
+def _table(schedule, timeline) -> str:
+    head = (f"{schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches, "
+            f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}")
+    cols = ("stage", "compute", "recompute", "fwd bubble", "bwd bubble", "comm wait", "swap",
+            "peak in-flight", "peak act bytes")
+    rows = [[str(s), f"{st.compute:.6g}", f"{st.recompute:.6g}", f"{st.forward_bubble:.6g}",
+             f"{st.backward_bubble:.6g}", f"{st.comm_wait:.6g}", f"{st.swap:.6g}",
+             str(st.peak_inflight_microbatches), f"{st.peak_activation_bytes:.4g}"]
+            for s, st in enumerate(timeline.stages)]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([head, line(cols)] + [line(r) for r in rows])
+
+
 def run(args):
-    raise ValueError("'simulate' is not built yet")
+    from schedules import generate, io, simulate
+    from schedules.jsonio import write_json_atomic
+    from schedules.text import timeline_ascii
+
+    if args.from_schedule:
+        if args.schedule or args.stages or args.microbatches or args.adjusted or args.warmup:
+            raise ValueError("--from-schedule takes the schedule from the file: drop --schedule/--stages/"
+                             "--microbatches/--adjusted/--warmup")
+        schedule = io.load_schedule(args.from_schedule)
+        costs = _costs(args, schedule.num_stages)
+    else:
+        missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
+        if missing:
+            raise ValueError(f"simulate needs --{missing[0]} (or --from-schedule PATH)")
+        p = _number(args.stages, "stages", integer=True)
+        m = _number(args.microbatches, "microbatches", integer=True)
+        if p < 1:
+            raise ValueError(f"--stages must be >= 1, got {p}")
+        costs = _costs(args, p)
+        extra = {"costs": costs}
+        if args.warmup:
+            warm = _int_list(args.warmup, "warmup")
+            extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
+        recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+        schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
+                            swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
+                            swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
+    timeline = simulate(schedule, costs)
+    print(_table(schedule, timeline))
+    if args.ascii:
+        print(timeline_ascii(timeline))
+    if args.schedule_json:
+        io.save_schedule(schedule, args.schedule_json)
+        print(f"wrote {args.schedule_json}")
+    if args.json:
+        data = timeline.to_json()
+        data.update(num_microbatches=schedule.num_microbatches,
+                    adjusted=list(schedule.adjusted_stages), costs=costs.to_json())
+        write_json_atomic(args.json, data)
+        print(f"wrote {args.json}")
+    if args.gantt:
+        from schedules.gantt import draw_gantt
+        for path in draw_gantt(timeline, args.gantt):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,104 @@
+"""Gantt charts of timelines, to time scale, in the style of the paper's figures.
+
+Rows are stages (stage 0 on top). Compute bars: forward (blue), backward (green),
+the recompute part of a backward (red, hatched, drawn first: a backward re-runs
+its forward before differentiating), weight-gradient (teal). Two thin lanes under
+each row show the host links: swap-out (orange) and swap-in (purple). Idle time is
+shaded by the paper's bubble classes: forward bubble (yellow), backward bubble
+(pink), other idle (grey). The makespan is in the title.
+
+matplotlib is imported here only, and only the object-oriented API (no pyplot
+state), so drawing works headless and inside tests.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from schedules.ir import Kind
+from schedules.timeline import Timeline, idle_intervals
+
+COLORS = {"F": "#4C72B0", "B": "#55A868", "R": "#C44E52", "W": "#64B5CD", "SO": "#DD8452",
+          "SI": "#8172B3", "forward_bubble": "#F6E58D", "backward_bubble": "#F8C5D0", "idle": "#ECECEC"}
+
+
+def _draw(ax, timeline: Timeline, title: str | None, xmax: float) -> None:
+    p = timeline.num_stages
+    for s in range(p):
+        y = p - 1 - s
+        ops = timeline.stage_ops(s)
+        for a, b, label in idle_intervals(ops, timeline.makespan):
+            ax.broken_barh([(a, b - a)], (y - 0.3, 0.6), color=COLORS.get(label, COLORS["idle"]), lw=0)
+        for o in ops:
+            k = o.kind.value
+            if k in ("SO", "SI"):
+                lane = y - 0.38 if k == "SO" else y - 0.49
+                ax.broken_barh([(o.start, max(o.duration, 1e-9 * xmax))], (lane, 0.09), color=COLORS[k], lw=0)
+                continue
+            ax.broken_barh([(o.start, o.duration)], (y - 0.3, 0.6), facecolor=COLORS[k],
+                           edgecolor="white", lw=0.6)
+            if o.recompute > 0:
+                ax.broken_barh([(o.start, o.recompute)], (y - 0.3, 0.6), facecolor=COLORS["R"],
+                               edgecolor="white", hatch="///", lw=0.6)
+            if o.duration - o.recompute > 0.012 * xmax:
+                ax.text(o.start + (o.recompute + o.duration) / 2, y, str(o.microbatch), ha="center", va="center",
+                        fontsize=7, color="white")
+    ax.set_yticks(range(p))
+    ax.set_yticklabels([f"stage {p - 1 - i}" for i in range(p)], fontsize=8)
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(-0.65, p - 0.55)
+    ax.set_xlabel("time", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    name = title if title is not None else timeline.name
+    ax.set_title(f"{name}  (makespan {timeline.makespan:.4g})", fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _legend(fig, timelines: Sequence[Timeline]) -> None:
+    from matplotlib.patches import Patch
+
+    items = [("F", "forward"), ("B", "backward"), ("R", "recompute")]
+    kinds = {o.kind for t in timelines for o in t.ops}
+    if Kind.W in kinds:
+        items.append(("W", "weight grad"))
+    if kinds & {Kind.SO, Kind.SI}:
+        items += [("SO", "swap out"), ("SI", "swap in")]
+    items += [("forward_bubble", "forward bubble"), ("backward_bubble", "backward bubble"), ("idle", "other idle")]
+    fig.legend(handles=[Patch(color=COLORS[k], label=lbl) for k, lbl in items], fontsize=7,
+               ncol=len(items), loc="upper center", frameon=False, handlelength=1.2, columnspacing=1.0)
+
+
+def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | None] | None = None,
+                svg: bool = True, same_scale: bool = True) -> list[Path]:
+    """Stack several timelines in one figure (one panel each), on one time axis by
+    default so lengths compare at a glance. Returns the files written."""
+    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not timelines:
+        raise ValueError("draw_gantts needs at least one timeline")
+    titles = list(titles) if titles is not None else [None] * len(timelines)
+    longest = max(t.makespan for t in timelines) or 1.0
+    heights = [0.45 * t.num_stages + 0.9 for t in timelines]
+    width = min(22.0, max(8.0, 0.11 * max(len(t.ops) / max(t.num_stages, 1) for t in timelines) + 5))
+    fig = Figure(figsize=(width, sum(heights)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(timelines), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, tl, title in zip(axes, timelines, titles):
+        _draw(ax, tl, title, longest if same_scale else (tl.makespan or 1.0))
+    _legend(fig, timelines)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / sum(heights)))
+    path_png = Path(path_png)
+    path_png.parent.mkdir(parents=True, exist_ok=True)
+    written = [path_png]
+    fig.savefig(path_png, dpi=150)
+    if svg:
+        written.append(path_png.with_suffix(".svg"))
+        fig.savefig(written[-1])
+    return written
+
+
+def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True) -> list[Path]:
+    """One timeline as a Gantt chart: PNG at `path_png` (and an SVG beside it)."""
+    return draw_gantts([timeline], path_png, [title], svg=svg)
