@@ -1,10 +1,147 @@
-"""obscura sweep: placeholder until its issue lands (replaced by the owning work)."""
+"""obscura sweep: the parallel-layout table (spec/layouts.md).
+
+Enumerates micro-batch x PP x TP (x SP where TP > 1) x recompute policy x attention
+on --gpus GPUs at a fixed global batch, drops layouts that do not fit in memory,
+predicts iteration time (per-layer costs measured on the GPU when the measurement
+file has them, else an analytic roofline; TP collectives; the project's 1F1B
+simulator; overlapped DP gradient traffic) and prints the layouts ranked by MFU.
+"""
+from __future__ import annotations
+
+import sys
+
+TOKENS_PER_BATCH = 4 * 1024 * 1024   # LLaMA's 4M-token global batch
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+    return vals
+
+
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _sp_list(text: str) -> tuple[bool, ...]:
+    vals = []
+    for v in _str_list(text):
+        if v not in ("on", "off"):
+            raise ValueError(f"--sp takes on, off or on,off; got {v!r}")
+        vals.append(v == "on")
+    return tuple(vals)
 
 
 def add_parser(sub):
-    p = sub.add_parser("sweep", help="(not built yet)")
+    p = sub.add_parser("sweep", help="rank parallel layouts (mbs x PP x TP x SP x recompute x "
+                                     "attention) by predicted MFU", description=__doc__)
+    p.add_argument("--model", required=True, help="model name, e.g. llama2-13b, llama-30b")
+    p.add_argument("--seq-len", type=int, required=True, help="sequence length T")
+    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per iteration (default: the multiple of --gpus nearest to "
+                        "4M tokens, i.e. 2048 at 2k, 512 at 8k on 64 GPUs)")
+    p.add_argument("--gpu-memory", default="80GiB",
+                   help="memory per GPU, e.g. 80GiB (the layouts paper's A100s; default) or 141GB")
+    p.add_argument("--memory-reserve", default="2GiB",
+                   help="memory kept free for CUDA context, workspaces, allocator slack (2GiB)")
+    p.add_argument("--measured", default=None, metavar="PATH",
+                   help="measured layer costs (scripts/sweep_layer_bench.py output; default: "
+                        "results/h200/sweep_layers.json when present, 'none' = analytic only)")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="MFU denominator per GPU (H200 bf16 dense: 989)")
+    p.add_argument("--matmul-tflops", type=float, default=789.0,
+                   help="achieved GEMM rate of the analytic model (789: 8192^3 bf16 on the H200)")
+    p.add_argument("--flash-tflops", type=float, default=450.0,
+                   help="achieved flash-attention rate, causal FLOPs executed (450)")
+    p.add_argument("--hbm-tbps", type=float, default=4.3, help="achieved HBM bandwidth (4.3 TB/s)")
+    p.add_argument("--nvlink-gbps", type=float, default=360.0,
+                   help="NCCL bus bandwidth inside a node (360 GB/s, NVLink 4)")
+    p.add_argument("--internode-gbps", type=float, default=45.0,
+                   help="per-GPU bus bandwidth between nodes (45 GB/s: 400 Gb/s NIC per GPU)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per NVLink node (8)")
+    p.add_argument("--micro-batches", default="1,2,4", help="micro-batch sizes (1,2,4)")
+    p.add_argument("--pp", default="1,2,4,8", help="pipeline-parallel sizes (1,2,4,8)")
+    p.add_argument("--tp", default="1,2", help="tensor-parallel sizes (1,2; 4,8 allowed)")
+    p.add_argument("--sp", default="off,on", help="sequence parallelism where TP > 1 (off,on)")
+    p.add_argument("--policies", default="none,selective,mlp,cmb,full",
+                   help="recompute presets (none,selective,mlp,cmb,full)")
+    p.add_argument("--attention", default="xla,cudnn", help="attention implementations (xla,cudnn)")
+    p.add_argument("--state", choices=("bf16", "fp32"), default="bf16",
+                   help="bf16: bf16 params+grads, fp32 master+Adam (Megatron, the paper); "
+                        "fp32: fp32 params+grads+Adam (this project's models)")
+    p.add_argument("--no-zero1", action="store_true",
+                   help="replicate optimizer state over DP (default: ZeRO-1 shards it)")
+    p.add_argument("--top", type=int, default=20, help="rows to print (20)")
+    p.add_argument("--json", metavar="PATH", help="write every layout (fitting or not) as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write every layout as CSV")
     p.set_defaults(func=run)
 
 
+def default_global_batch(gpus: int, seq_len: int) -> int:
+    return gpus * max(1, round(TOKENS_PER_BATCH / (seq_len * gpus)))
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() and (done % 10 == 0 or done == total):
+        print(f"\revaluating layouts {done}/{total}", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+
 def run(args):
-    raise ValueError("'sweep' is not built yet")
+    from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
+                                 load_measured, model_config, parse_bytes, run_sweep)
+    from planner.layouts.hardware import GiB
+    from planner.layouts.report import header, table, trends, write_csv_atomic
+    from schedules.jsonio import write_json_atomic
+
+    if args.seq_len < 1:
+        raise ValueError(f"--seq-len must be >= 1, got {args.seq_len}")
+    if args.gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
+    if args.top < 0:
+        raise ValueError(f"--top must be >= 0, got {args.top}")
+    cfg = model_config(args.model)
+    hw = Hardware(peak_flops=args.peak_tflops * 1e12, matmul_flops=args.matmul_tflops * 1e12,
+                  flash_attention_flops=args.flash_tflops * 1e12,
+                  hbm_bandwidth=args.hbm_tbps * 1e12, gpu_memory=parse_bytes(args.gpu_memory),
+                  memory_reserve=parse_bytes(args.memory_reserve, allow_zero=True),
+                  gpus_per_node=args.gpus_per_node, nvlink_bandwidth=args.nvlink_gbps * 1e9,
+                  internode_bandwidth=args.internode_gbps * 1e9)
+    global_batch = (args.global_batch if args.global_batch is not None
+                    else default_global_batch(args.gpus, args.seq_len))
+    grid = LayoutGrid(gpus=args.gpus, global_batch=global_batch,
+                      micro_batches=_int_list(args.micro_batches), pps=_int_list(args.pp),
+                      tps=_int_list(args.tp), policies=_str_list(args.policies),
+                      attentions=_str_list(args.attention), sequence_parallel=_sp_list(args.sp))
+    if args.measured is None:
+        path = default_measured_path()
+        measured = load_measured(path) if path else None
+    elif args.measured.lower() == "none":
+        measured = None
+    else:
+        measured = load_measured(args.measured)
+    result = run_sweep(cfg, args.seq_len, grid, hw,
+                       TrainingState(args.state, zero1=not args.no_zero1), measured, _progress)
+    if args.json:
+        write_json_atomic(args.json, result.to_json())
+    if args.csv:
+        write_csv_atomic(args.csv, result)
+    print("\n".join(header(result)))
+    for note in result.notes:
+        print(f"note: {note}")
+    if not result.fitting:
+        smallest = result.results[0]
+        raise ValueError(
+            f"no layout fits in {hw.gpu_memory / GiB:.1f} GiB per GPU; the smallest needs "
+            f"{smallest.memory.total / GiB:.1f} GiB ({smallest.layout.label} "
+            f"{smallest.layout.policy} {smallest.layout.attention})")
+    print()
+    print("\n".join(table(result, args.top)))
+    print()
+    print("\n".join(trends(result)))
+    if args.json or args.csv:
+        print("wrote " + " and ".join(p for p in (args.json, args.csv) if p))
+    return 0

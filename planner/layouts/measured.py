@@ -1,0 +1,173 @@
+"""Measured per-layer costs (format "obscura-sweep-layers/1", written by
+scripts/sweep_layer_bench.py on the GPU) and how the sweep uses them.
+
+One entry = one transformer layer (attention unit + MLP unit, built with
+models.build_stage) of a layer shape at (seq_len, micro_batch, attention, policy):
+
+    {"layer": {"family", "hidden", "num_heads", "num_kv_heads", "ffn_hidden",
+               "compute_bytes"},
+     "model": "llama2-13b", "seq_len": 2048, "micro_batch": 1, "attention": "cudnn",
+     "policy": "none", "status": "measured" | "oom" | "skipped" | "failed",
+     "fwd_time": s, "bwd_time": s (fwd+bwd minus fwd, recompute included),
+     "residual_bytes": kept per micro-batch, "temp_bytes": XLA temp of fwd+bwd | null,
+     "note": "..."}
+
+Derivation (the bench prunes its grid to fit the GPU time; the rule lives here so
+the file stays raw): a policy P missing at micro-batch b is derived when P, none
+and full were measured at micro-batch 1 and none and full at b, scaling P's
+recompute overhead like full's:
+    bwd(P,b) = bwd(none,b) + (bwd(P,1) - bwd(none,1))
+                             * (bwd(full,b) - bwd(none,b)) / (bwd(full,1) - bwd(none,1))
+    fwd(P,b) = fwd(none,b)            (the forward does not depend on the policy)
+    residual(P,b) = residual(P,1) * residual(none,b) / residual(none,1)   (linear in b)
+Such entries are labelled "derived"; anything else missing falls back to the
+analytic model for that layout.
+
+Use: the layer's measured seconds and bytes calibrate the analytic unit costs at
+the same (seq, micro-batch, attention, policy) field by field (forward, backward,
+recompute, kept bytes, transient); the analytic model then supplies the attention/
+MLP split, TP scaling and TP collectives. Embedding and head stay analytic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from schedules.jsonio import read_json
+
+FORMAT = "obscura-sweep-layers/1"
+STATUSES = ("measured", "oom", "skipped", "failed")
+LAYER_KEYS = ("family", "hidden", "num_heads", "num_kv_heads", "ffn_hidden", "compute_bytes")
+DEFAULT_PATH = Path("results") / "h200" / "sweep_layers.json"
+
+
+@dataclass(frozen=True)
+class LayerMeasurement:
+    fwd: float
+    bwd: float                 # backward with the policy's recompute
+    bwd_none: float            # backward of the same shape with nothing recomputed
+    residual_bytes: float
+    temp_bytes: float | None
+    source: str                # "measured" | "derived"
+
+
+def _num(where: str, v, allow_none: bool = False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{where} must be a number >= 0, got {v!r}")
+    return float(v)
+
+
+class MeasuredLayers:
+    def __init__(self, data: dict, path: str = "<data>"):
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            got = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"measured layer file {path}: format must be {FORMAT!r}, got {got!r}")
+        entries = data.get("entries")
+        if not isinstance(entries, list):
+            raise ValueError(f"measured layer file {path}: 'entries' must be a list")
+        self.path = str(path)
+        self.device = str(data.get("device", "unknown device"))
+        self.meta = {k: v for k, v in data.items() if k != "entries"}
+        self._raw: dict[tuple, dict] = {}
+        for i, e in enumerate(entries):
+            where = f"measured layer file {path}: entry {i}"
+            if not isinstance(e, dict):
+                raise ValueError(f"{where} is not an object")
+            layer = e.get("layer")
+            if not isinstance(layer, dict) or any(k not in layer for k in LAYER_KEYS):
+                raise ValueError(f"{where}: 'layer' needs {', '.join(LAYER_KEYS)}")
+            status = e.get("status")
+            if status not in STATUSES:
+                raise ValueError(f"{where}: status must be one of {', '.join(STATUSES)}, got {status!r}")
+            for k in ("seq_len", "micro_batch"):
+                if isinstance(e.get(k), bool) or not isinstance(e.get(k), int) or e[k] < 1:
+                    raise ValueError(f"{where}: {k} must be a positive integer, got {e.get(k)!r}")
+            for k in ("attention", "policy"):
+                if not isinstance(e.get(k), str):
+                    raise ValueError(f"{where}: {k} must be a string, got {e.get(k)!r}")
+            if status == "measured":
+                for k in ("fwd_time", "bwd_time", "residual_bytes"):
+                    _num(f"{where}: {k}", e.get(k))
+                _num(f"{where}: temp_bytes", e.get("temp_bytes"), allow_none=True)
+            key = (self._layer_key(layer), e["seq_len"], e["micro_batch"], e["attention"], e["policy"])
+            self._raw[key] = e
+
+    @staticmethod
+    def _layer_key(layer: dict) -> tuple:
+        return tuple(layer[k] for k in LAYER_KEYS)
+
+    def status(self, layer: dict, seq: int, mbs: int, attention: str, policy: str) -> str | None:
+        e = self._raw.get((self._layer_key(layer), seq, mbs, attention, policy))
+        return None if e is None else e["status"]
+
+    def _measured(self, lk, seq, mbs, att, pol) -> dict | None:
+        e = self._raw.get((lk, seq, mbs, att, pol))
+        return e if e is not None and e["status"] == "measured" else None
+
+    def lookup(self, layer: dict, seq: int, mbs: int, attention: str, policy: str
+               ) -> LayerMeasurement | None:
+        """The measured (or derived) layer cost, or None when neither is possible."""
+        lk = self._layer_key(layer)
+        none = self._measured(lk, seq, mbs, attention, "none")
+        if none is None:
+            return None
+        direct = self._measured(lk, seq, mbs, attention, policy)
+        if direct is not None:
+            return LayerMeasurement(direct["fwd_time"], direct["bwd_time"], none["bwd_time"],
+                                    direct["residual_bytes"], direct.get("temp_bytes"), "measured")
+        full_b = self._measured(lk, seq, mbs, attention, "full")
+        p1, none1, full1 = (self._measured(lk, seq, 1, attention, q) for q in (policy, "none", "full"))
+        if None in (full_b, p1, none1, full1) or mbs == 1:
+            return None
+        span1 = full1["bwd_time"] - none1["bwd_time"]
+        if span1 <= 0:
+            return None
+        overhead = (p1["bwd_time"] - none1["bwd_time"]) * (full_b["bwd_time"] - none["bwd_time"]) / span1
+        residual = p1["residual_bytes"] * none["residual_bytes"] / none1["residual_bytes"]
+        return LayerMeasurement(none["fwd_time"], none["bwd_time"] + max(0.0, overhead),
+                                none["bwd_time"], residual, None, "derived")
+
+
+def load_measured(path: str | Path) -> MeasuredLayers:
+    return MeasuredLayers(read_json(path, "measured layer file"), str(path))
+
+
+def default_measured_path() -> Path | None:
+    """results/h200/sweep_layers.json under the working directory or the checkout."""
+    here = Path(__file__).resolve().parents[2] / DEFAULT_PATH
+    for p in (Path.cwd() / DEFAULT_PATH, here):
+        if p.is_file():
+            return p
+    return None
+
+
+def calibrate(units: dict, analytic_tp1: dict, m: LayerMeasurement) -> tuple[dict, dict]:
+    """Scale the analytic attention and MLP unit costs (at the layout's TP/SP) so that
+    the single-GPU layer matches the measurement field by field. TP collective time
+    is kept out of the scaling. Returns (units, the factors used)."""
+    a, b = analytic_tp1["attn"], analytic_tp1["mlp"]
+
+    def factor(measured: float, modelled: float) -> float:
+        return measured / modelled if modelled > 0 else 1.0
+
+    f = {"fwd": factor(m.fwd, a.fwd + b.fwd),
+         "bwd": factor(m.bwd_none, a.bwd + b.bwd),
+         "recompute": factor(max(0.0, m.bwd - m.bwd_none), a.recompute + b.recompute),
+         "kept": factor(m.residual_bytes, a.kept_bytes + b.kept_bytes)}
+    transient_model = max(a.transient_bytes, b.transient_bytes)
+    f["transient"] = (factor(max(0.0, m.temp_bytes - m.residual_bytes), transient_model)
+                      if m.temp_bytes is not None else 1.0)
+    out = dict(units)
+    for k in ("attn", "mlp"):
+        u = units[k]
+        out[k] = replace(
+            u, fwd=(u.fwd - u.comm_fwd) * f["fwd"] + u.comm_fwd,
+            bwd=(u.bwd - u.comm_bwd) * f["bwd"] + u.comm_bwd,
+            recompute=(u.recompute - u.comm_recompute) * f["recompute"] + u.comm_recompute,
+            kept_bytes=u.kept_bytes * f["kept"],
+            kept_bytes_none=u.kept_bytes_none * f["kept"],
+            transient_bytes=u.transient_bytes * f["transient"])
+    return out, f

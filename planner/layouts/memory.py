@@ -1,0 +1,126 @@
+"""Memory per GPU of a layout, stage by stage.
+
+    weights      params + grads, sharded over TP (replicated norms and biases stay
+                 whole) and PP (the stage's units); optimizer state sharded over TP,
+                 PP and, with ZeRO-1, DP
+    activations  1F1B keeps min(PP - s, m) micro-batches in flight on stage s, each
+                 holding the kept bytes of the stage's units under the policy (TP
+                 divides the parts it splits; SP divides the rest)
+    transient    the largest working set of one unit's backward (activation grads,
+                 re-materialised ops, XLA attention's score matrices, the head's
+                 float32 logits)
+A layout fits when the worst stage's sum is within the GPU memory minus the reserve.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.layouts.model_shape import ModelShape
+from planner.layouts.unit_costs import UnitCost
+
+# Bytes per parameter: (params, grads, optimizer state).
+STATE_PRESETS = {
+    # Megatron-style mixed precision (the layouts paper): bf16 weights and grads on
+    # every rank, fp32 master weights + Adam m and v in the (ZeRO-1-shardable) optimizer.
+    "bf16": (2.0, 2.0, 12.0),
+    # This project's models as built (param_dtype float32, bf16 compute): fp32
+    # weights and grads, Adam m and v in fp32.
+    "fp32": (4.0, 4.0, 8.0),
+}
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    name: str = "bf16"
+    zero1: bool = True
+
+    def __post_init__(self) -> None:
+        if self.name not in STATE_PRESETS:
+            raise ValueError(f"unknown training state {self.name!r}; valid: {', '.join(STATE_PRESETS)}")
+
+    @property
+    def param_bytes(self) -> float:
+        return STATE_PRESETS[self.name][0]
+
+    @property
+    def grad_bytes(self) -> float:
+        return STATE_PRESETS[self.name][1]
+
+    @property
+    def optimizer_bytes(self) -> float:
+        return STATE_PRESETS[self.name][2]
+
+    def describe(self) -> str:
+        p, g, o = STATE_PRESETS[self.name]
+        shard = "ZeRO-1 over DP" if self.zero1 else "replicated over DP"
+        return f"{self.name} state: {p:g}+{g:g} B/param (params+grads), optimizer {o:g} B/param {shard}"
+
+
+def replicated_params(kind: str, shape: ModelShape) -> int:
+    """Parameters TP does not split: norm scales (and GPT's norm biases and the
+    row-parallel output biases), GPT's learned position table."""
+    d = shape.hidden
+    llama = shape.family == "llama"
+    if kind in ("attn", "mlp"):
+        return d if llama else 3 * d
+    if kind == "head":
+        return d if llama else 2 * d
+    return shape.embed_params - shape.vocab_size * d          # embed: positions (GPT)
+
+
+def unit_params(kind: str, shape: ModelShape) -> int:
+    return {"attn": shape.attn_params, "mlp": shape.mlp_params, "embed": shape.embed_params,
+            "head": shape.head_params}[kind]
+
+
+def params_per_gpu(kinds: list[str], shape: ModelShape, tp: int) -> float:
+    total = 0.0
+    for k in kinds:
+        rep = replicated_params(k, shape)
+        total += rep + (unit_params(k, shape) - rep) / tp
+    return total
+
+
+def stage_kinds(shape: ModelShape, pp: int) -> list[list[str]]:
+    """Unit kinds of each stage under the project's even partition (embed on the first
+    stage, head on the last)."""
+    from models.units import even_partition
+    kinds = ["embed"] + ["attn", "mlp"] * shape.num_layers + ["head"]
+    return [kinds[a:b] for a, b in even_partition(shape.num_units, pp)]
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    weights: float
+    kept_per_microbatch: float
+    inflight: int
+    transient: float
+
+    @property
+    def activations(self) -> float:
+        return self.kept_per_microbatch * self.inflight
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.activations + self.transient
+
+
+def weight_bytes(kinds: list[str], shape: ModelShape, tp: int, dp: int,
+                 state: TrainingState) -> float:
+    n = params_per_gpu(kinds, shape, tp)
+    opt_shards = dp if state.zero1 else 1
+    return n * (state.param_bytes + state.grad_bytes) + n * state.optimizer_bytes / opt_shards
+
+
+def stage_memory(stages: list[list[str]], units: dict[str, UnitCost], shape: ModelShape,
+                 tp: int, dp: int, num_microbatches: int, state: TrainingState
+                 ) -> list[StageMemory]:
+    p = len(stages)
+    out = []
+    for s, kinds in enumerate(stages):
+        out.append(StageMemory(
+            weights=weight_bytes(kinds, shape, tp, dp, state),
+            kept_per_microbatch=sum(units[k].kept_bytes for k in kinds),
+            inflight=min(p - s, num_microbatches),
+            transient=max(units[k].transient_bytes for k in kinds)))
+    return out

@@ -1,0 +1,166 @@
+"""The layout sweep: enumerate, check memory, predict time, rank by MFU.
+
+    MFU = tokens/s * flops_per_token / (gpus * peak)
+
+Per layout the per-unit costs come from measured layer costs when the measurement
+file has the (layer shape, seq, micro-batch, attention, policy) entry (or can
+derive it), else from the analytic roofline; each row says which.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.layouts.hardware import Hardware
+from planner.layouts.measured import MeasuredLayers, calibrate
+from planner.layouts.memory import StageMemory, TrainingState, stage_kinds, stage_memory
+from planner.layouts.model_shape import ModelShape
+from planner.layouts.space import Layout, LayoutGrid, enumerate_layouts, explain_empty
+from planner.layouts.timing import IterationTime, iteration_time
+from planner.layouts.unit_costs import analytic_unit_costs
+
+ANALYTIC, MEASURED, DERIVED = "analytic", "measured", "derived"
+
+
+@dataclass(frozen=True)
+class LayoutResult:
+    layout: Layout
+    source: str                         # where the layer costs came from
+    memory: StageMemory                 # the stage with the largest total
+    worst_stage: int
+    fits: bool
+    time: IterationTime | None = None   # None when the layout does not fit
+    mfu: float | None = None
+    tokens_per_second: float | None = None
+
+    def to_json(self) -> dict:
+        t = self.time
+        return {**self.layout.to_json(), "label": self.layout.label, "fits": self.fits,
+                "cost_source": self.source, "mfu": self.mfu,
+                "tokens_per_second": self.tokens_per_second,
+                "iteration_time": t.total if t else None,
+                "pipeline_time": t.pipeline if t else None,
+                "dp_exposed_time": t.dp_exposed if t else None,
+                "optimizer_time": t.optimizer if t else None,
+                "bubble_fraction": t.bubble_fraction if t else None,
+                "memory_per_gpu": self.memory.total, "worst_stage": self.worst_stage,
+                "weights_bytes": self.memory.weights,
+                "activation_bytes": self.memory.activations,
+                "transient_bytes": self.memory.transient,
+                "inflight_microbatches": self.memory.inflight}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    shape: ModelShape
+    seq_len: int
+    grid: LayoutGrid
+    hardware: Hardware
+    state: TrainingState
+    results: tuple[LayoutResult, ...]   # fitting ones by MFU (best first), then the rest
+    skipped: tuple[tuple[str, str], ...]
+    measured_path: str | None = None
+    measured_device: str | None = None
+    flops_per_token: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def fitting(self) -> tuple[LayoutResult, ...]:
+        return tuple(r for r in self.results if r.fits)
+
+    def to_json(self) -> dict:
+        return {"format": "obscura-sweep/1", "model": self.shape.name, "seq_len": self.seq_len,
+                "gpus": self.grid.gpus, "global_batch": self.grid.global_batch,
+                "flops_per_token": self.flops_per_token,
+                "hardware": self.hardware.to_json(),
+                "training_state": {"name": self.state.name, "zero1": self.state.zero1,
+                                   "describe": self.state.describe()},
+                "measured_layer_costs": self.measured_path, "measured_device": self.measured_device,
+                "grid": {"micro_batches": list(self.grid.micro_batches), "pp": list(self.grid.pps),
+                         "tp": list(self.grid.tps), "policies": list(self.grid.policies),
+                         "attentions": list(self.grid.attentions),
+                         "sequence_parallel": list(self.grid.sequence_parallel)},
+                "num_layouts": len(self.results), "num_fitting": len(self.fitting),
+                "skipped": [{"where": w, "reason": r} for w, r in self.skipped],
+                "notes": list(self.notes),
+                "layouts": [r.to_json() for r in self.results]}
+
+
+def _rank_key(r: LayoutResult):
+    layout = r.layout
+    # Ties (e.g. identical analytic costs) go to the layout with less model
+    # parallelism and smaller micro-batches, then less memory.
+    return (-(r.mfu or 0.0), layout.tp * layout.pp, layout.micro_batch, r.memory.total)
+
+
+class _Costs:
+    """Per-unit costs, cached per (mbs, attention, policy, TP, SP)."""
+
+    def __init__(self, shape, seq_len, hw, measured: MeasuredLayers | None):
+        self.shape, self.seq_len, self.hw, self.measured = shape, seq_len, hw, measured
+        self._cache: dict = {}
+
+    def __call__(self, layout: Layout):
+        key = (layout.micro_batch, layout.attention, layout.policy, layout.tp, layout.sp)
+        if key not in self._cache:
+            self._cache[key] = self._compute(*key)
+        return self._cache[key]
+
+    def _compute(self, mbs, attention, policy, tp, sp):
+        units = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, tp, sp, self.hw)
+        if self.measured is None:
+            return units, ANALYTIC
+        m = self.measured.lookup(self.shape.layer_key(), self.seq_len, mbs, attention, policy)
+        if m is None:
+            return units, ANALYTIC
+        tp1 = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, 1, False, self.hw)
+        units, _ = calibrate(units, tp1, m)
+        return units, m.source
+
+
+def evaluate_layout(layout: Layout, shape: ModelShape, seq_len: int, units: dict, source: str,
+                    stages: list[list[str]], state: TrainingState, hw: Hardware,
+                    flops_per_token: float) -> LayoutResult:
+    mem = stage_memory(stages, units, shape, layout.tp, layout.dp, layout.num_microbatches, state)
+    worst = max(range(len(mem)), key=lambda s: mem[s].total)
+    fits = mem[worst].total <= hw.usable_memory
+    if not fits:
+        return LayoutResult(layout, source, mem[worst], worst, False)
+    t, _ = iteration_time(stages, units, layout, shape, seq_len, state, hw)
+    tokens = layout.num_microbatches * layout.micro_batch * layout.dp * seq_len
+    tps = tokens / t.total
+    mfu = tps * flops_per_token / (layout.gpus * hw.peak_flops)
+    return LayoutResult(layout, source, mem[worst], worst, True, t, mfu, tps)
+
+
+def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
+              state: TrainingState | None = None, measured: MeasuredLayers | None = None,
+              progress=None) -> SweepResult:
+    """Evaluate every layout of `grid` for model config `cfg` at `seq_len`.
+    Raises ValueError (one line) when the grid admits no layout at all."""
+    hw = hw or Hardware()
+    state = state or TrainingState()
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq len must be a positive integer, got {seq_len!r}")
+    shape = ModelShape.from_config(cfg)
+    layouts, skipped = enumerate_layouts(grid, shape, hw.gpus_per_node)
+    if not layouts:
+        raise ValueError(explain_empty(grid, skipped))
+    fpt = shape.flops_per_token(seq_len)
+    costs = _Costs(shape, seq_len, hw, measured)
+    stages_of = {pp: stage_kinds(shape, pp) for pp in {l.pp for l in layouts}}
+    results = []
+    for i, layout in enumerate(layouts):
+        units, source = costs(layout)
+        results.append(evaluate_layout(layout, shape, seq_len, units, source, stages_of[layout.pp],
+                                       state, hw, fpt))
+        if progress is not None:
+            progress(i + 1, len(layouts))
+    fitting = sorted((r for r in results if r.fits), key=_rank_key)
+    rest = sorted((r for r in results if not r.fits), key=lambda r: r.memory.total)
+    notes = []
+    if measured is not None and not any(r.source != ANALYTIC for r in results):
+        notes.append(f"the measured layer file {measured.path} has no entry for this layer shape "
+                     f"at seq {seq_len}: all costs are analytic")
+    return SweepResult(shape, seq_len, grid, hw, state, tuple(fitting + rest), tuple(skipped),
+                       measured.path if measured else None, measured.device if measured else None,
+                       fpt, tuple(notes))

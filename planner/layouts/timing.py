@@ -1,0 +1,123 @@
+"""Iteration time of a layout: the project's pipeline simulator over per-stage costs,
+then data-parallel gradient traffic and the optimizer step.
+
+Pipeline: `schedules.simulate(schedules.generate("1f1b", PP, m, adjusted="all" if
+the policy recomputes else None, recompute=(policy,)), StageCosts(...))` with
+per-stage forward / backward / recompute seconds summed over the stage's units (TP
+collectives included) and the boundary activation sent between stages.
+Placement is Megatron's rank order (TP fastest, then DP, then PP), so a stage's DP
+group spans TP*DP consecutive ranks and stage s talks to s+1 across TP*DP ranks:
+inside a node that is NVLink, otherwise the inter-node network.
+
+Data parallelism, after the pipeline drains on each stage:
+  - gradients are reduce-scattered (ZeRO-1) or all-reduced, overlapped with the
+    stage's last backward (bucketed, as Megatron's --overlap-grad-reduce): only the
+    part longer than that backward is exposed;
+  - with ZeRO-1 the updated parameters are all-gathered, overlapped with the next
+    iteration's first forward (--overlap-param-gather): again only the excess counts;
+  - the Adam step streams ~28 bytes per locally updated parameter through HBM.
+The iteration ends when the slowest stage has finished all of that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.layouts.hardware import Hardware
+from planner.layouts.memory import TrainingState, params_per_gpu
+from planner.layouts.model_shape import ModelShape
+from planner.layouts.space import Layout
+from planner.layouts.unit_costs import UnitCost, collective_time
+
+ADAM_BYTES_PER_PARAM = 28.0   # read grad, master/param, m, v; write master/param, m, v
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    pipeline: float             # simulated makespan
+    dp_exposed: float           # gradient / parameter collectives not hidden (worst stage)
+    optimizer: float
+    total: float
+    bubble_fraction: float      # stage 0 idle share of the makespan
+    recompute: float            # seconds of recompute on stage 0
+
+
+@lru_cache(maxsize=256)
+def _schedule(pp: int, m: int, policy: str):
+    import schedules
+    adjusted = None if policy == "none" else "all"
+    return schedules.generate("1f1b", pp, m, adjusted=adjusted, recompute=(policy,))
+
+
+def _p2p_bandwidth(layout: Layout, stage: int, hw: Hardware) -> float:
+    """Slowest link between a rank of `stage` and its peer on stage+1."""
+    stride = layout.tp * layout.dp
+    g = hw.gpus_per_node
+    first = stage * stride
+    same_node = all(r // g == (r + stride) // g for r in range(first, first + stride))
+    return hw.nvlink_bandwidth if same_node else hw.internode_bandwidth
+
+
+def stage_costs(stages: list[list[str]], units: dict[str, UnitCost], layout: Layout,
+                shape: ModelShape, seq_len: int, hw: Hardware):
+    """StageCosts of the layout's pipeline (one GPU of each stage's TP group).
+    StageCosts has one p2p bandwidth, so boundaries inside a node carry their bytes
+    scaled by internode/NVLink bandwidth: the same transfer time, one field."""
+    from schedules import StageCosts
+    p = len(stages)
+    act = seq_len * layout.micro_batch * shape.hidden * shape.compute_bytes
+    if layout.sp:
+        act /= layout.tp
+    boundary = tuple(act * hw.internode_bandwidth / _p2p_bandwidth(layout, s, hw) if s < p - 1
+                     else 0.0 for s in range(p))
+    total = lambda attr: tuple(sum(getattr(units[k], attr) for k in kinds) for kinds in stages)  # noqa: E731
+    return StageCosts(fwd=total("fwd"), bwd=total("bwd"), recompute=total("recompute"),
+                      act_bytes=total("kept_bytes_none"), act_bytes_recompute=total("kept_bytes"),
+                      boundary_bytes=boundary, p2p_latency=hw.p2p_latency if p > 1 else 0.0,
+                      p2p_bandwidth=hw.internode_bandwidth)
+
+
+def simulate_pipeline(layout: Layout, costs):
+    import schedules
+    return schedules.simulate(_schedule(layout.pp, layout.num_microbatches, layout.policy), costs)
+
+
+def dp_times(kinds: list[str], shape: ModelShape, layout: Layout, state: TrainingState,
+             hw: Hardware) -> tuple[float, float, float]:
+    """(gradient collective, parameter all-gather, optimizer step) seconds of one stage."""
+    n = params_per_gpu(kinds, shape, layout.tp)
+    d = layout.dp
+    bw = hw.collective_bandwidth(layout.tp * d)
+    lat = hw.collective_latency
+    if state.zero1:
+        grads = collective_time(n * state.grad_bytes, d, bw, lat, "reduce_scatter")
+        gather = collective_time(n * state.param_bytes, d, bw, lat, "all_gather")
+        updated = n / d
+    else:
+        grads = collective_time(n * state.grad_bytes, d, bw, lat, "all_reduce")
+        gather, updated = 0.0, n
+    return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.hbm_bandwidth
+
+
+def iteration_time(stages: list[list[str]], units: dict[str, UnitCost], layout: Layout,
+                   shape: ModelShape, seq_len: int, state: TrainingState, hw: Hardware
+                   ) -> tuple[IterationTime, object]:
+    """(IterationTime, the simulated Timeline)."""
+    costs = stage_costs(stages, units, layout, shape, seq_len, hw)
+    timeline = simulate_pipeline(layout, costs)
+    end, worst_exposed = 0.0, 0.0
+    optimizer_worst = 0.0
+    for s, kinds in enumerate(stages):
+        ops = [o for o in timeline.ops if o.stage == s]
+        last_b = max((o for o in ops if o.kind.value == "B"), key=lambda o: o.end)
+        first_f = min((o for o in ops if o.kind.value == "F"), key=lambda o: o.start)
+        grads, gather, opt = dp_times(kinds, shape, layout, state, hw)
+        exposed = max(0.0, grads - last_b.duration) + max(0.0, gather - first_f.duration)
+        end = max(end, last_b.end + exposed + opt)
+        worst_exposed = max(worst_exposed, exposed)
+        optimizer_worst = max(optimizer_worst, opt)
+    st0 = timeline.stages[0]
+    bubble = 1.0 - st0.compute / timeline.makespan if timeline.makespan > 0 else 0.0
+    return IterationTime(pipeline=timeline.makespan, dp_exposed=worst_exposed,
+                         optimizer=optimizer_worst, total=end, bubble_fraction=bubble,
+                         recompute=st0.recompute), timeline
