@@ -15,6 +15,7 @@ m micro-batches (= the whole batch's loss); then one optimizer step per stage.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -60,6 +61,22 @@ class IterationResult:
     ledger: MemoryLedger | None = None
 
 
+@functools.lru_cache(maxsize=None)
+def _update_fn(optimizer, sharding):
+    """One optimizer step that also hands back zeroed grad accumulators (all donated).
+    Cached so pipelines in one process (compare, tests) share compilations."""
+    def update(params, opt_state, grads):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
+    return jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=sharding)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_fn(optimizer, sharding):
+    return jax.jit(optimizer.init, out_shardings=sharding)
+
+
+@functools.lru_cache(maxsize=None)
 def make_optimizer(name: str = "adamw", learning_rate: float = 1e-3, weight_decay: float = 0.01):
     if learning_rate <= 0:
         raise ValueError(f"learning rate must be > 0, got {learning_rate}")
@@ -97,15 +114,8 @@ class PipelineExecutor:
         self.swap_enabled = swap_enabled
         self.swap_fraction = [spec.swap_fraction for spec in schedule.stages]
         self._loss_dy = programs[-1].loss_weight(self.m)
-        self._update = [self._compile_update(prog, optimizer) for prog in programs]
-        self._init = [jax.jit(optimizer.init, out_shardings=prog.sharding) for prog in programs]
-
-    @staticmethod
-    def _compile_update(prog: StageProgram, optimizer):
-        def update(params, opt_state, grads):
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
-        return jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=prog.sharding)
+        self._update = [_update_fn(optimizer, prog.sharding) for prog in programs]
+        self._init = [_init_fn(optimizer, prog.sharding) for prog in programs]
 
     def init_state(self, stage_params: list[dict]) -> list[StageState]:
         states = []
@@ -117,8 +127,25 @@ class PipelineExecutor:
     # ---- one iteration -----------------------------------------------------------
     def run_iteration(self, states: list[StageState], tokens, targets, recorder=None,
                       track_memory: bool = False) -> IterationResult:
-        """tokens/targets: sequences of m host arrays [b, T]. Updates `states` in place
-        (buffers are donated) and returns the per-micro-batch losses, without blocking."""
+        """One training step: every action of the schedule, then one optimizer step per
+        stage. tokens/targets: sequences of m host arrays [b, T]. Updates `states` in
+        place (buffers are donated) and returns the per-micro-batch losses, without
+        blocking."""
+        result = self.run_actions(states, tokens, targets, recorder, track_memory)
+        self.apply_updates(states)
+        return result
+
+    def apply_updates(self, states: list[StageState]) -> None:
+        """One optimizer step per stage; grad accumulators come back zeroed."""
+        for st, update in zip(states, self._update):
+            st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
+
+    def run_actions(self, states: list[StageState], tokens, targets, recorder=None,
+                    track_memory: bool = False) -> IterationResult:
+        """The schedule's actions only: afterwards each stage's `grads` holds the
+        gradient of the mean loss over the m micro-batches (added to what was there)."""
+        if len(tokens) != self.m or len(targets) != self.m:
+            raise ValueError(f"expected {self.m} micro-batches, got {len(tokens)}")
         first, last = self.programs[0], self.programs[-1]
         tok = jax.device_put(list(tokens), first.sharding)
         tgt = jax.device_put(list(targets), last.sharding)
@@ -194,6 +221,4 @@ class PipelineExecutor:
         if residuals or inbox_act or inbox_grad:
             raise ValueError(f"schedule {self.schedule.name!r} left work undone: "
                              f"{len(residuals)} residuals, {len(inbox_act) + len(inbox_grad)} messages")
-        for s, (st, update) in enumerate(zip(states, self._update)):
-            st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
         return IterationResult(jnp.stack(jax.device_put(losses, last.sharding)), dispatch, ledger)

@@ -67,6 +67,15 @@ class Residuals:
         return self.nbytes - self.host_bytes
 
 
+def _temp_bytes(compiled) -> int:
+    """XLA's scratch memory for one run of a compiled program (0 if not reported)."""
+    try:
+        stats = compiled.memory_analysis()
+        return int(getattr(stats, "temp_size_in_bytes", 0) or 0)
+    except Exception:  # not every backend implements memory analysis
+        return 0
+
+
 def _spec(x, sharding) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
@@ -112,8 +121,8 @@ class StageProgram:
         grad_spec = params_spec
         bwd = jax.jit(self._backward_traced, static_argnums=0, donate_argnums=4)
         self._bwd = bwd.lower(self.layout, params_spec, tuple(res_specs), dy_spec, grad_spec).compile()
-        self._zeros = jax.jit(lambda p: jax.tree.map(jnp.zeros_like, p),
-                              out_shardings=self.sharding).lower(params_spec).compile()
+        self.temp_bytes = max(_temp_bytes(self._fwd), _temp_bytes(self._bwd))
+        self._params_spec = params_spec
 
     # ---- traced bodies -------------------------------------------------------
     def _forward_traced(self, params, x, targets=None):
@@ -193,8 +202,10 @@ class StageProgram:
         grads, done = self._bwd(params, residuals.leaves, dy, grad_acc)
         return grads, (None if self.takes_tokens else done), done
 
-    def zero_grads(self, params):
-        return self._zeros(params)
+    def zero_grads(self, params=None):
+        """Fresh zero gradient accumulators on the device (host zeros: nothing to compile)."""
+        return jax.device_put(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params_spec),
+                              self.sharding)
 
     def loss_weight(self, num_microbatches: int):
         """dy of the loss stage so that the summed grads are those of the mean loss."""

@@ -1,10 +1,116 @@
-"""obscura compare: placeholder until its issue lands (replaced by the owning work)."""
+"""obscura compare: several schedules trained in ONE process on the same devices,
+model and data; one table, measured Gantt charts, one JSON per schedule.
+
+    obscura compare --schedules 1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5 --out cmp
+    obscura compare --demo --out demo_out      (what `make demo` runs)
+
+--adjusted / --swap-blocks / --swap-fraction are defaults for the schedules that
+transform the pipeline (recomp, strawman, obscura); gpipe and 1f1b run as defined
+unless an item carries its own `:key=value` options (keys: adjusted, swap_blocks,
+swap_fraction, adjusted_policy; list values joined with '+', e.g. adjusted=0+1).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from obscura_jax.run_args import add_model_data_args, add_schedule_args, choose_devices, run_config
+
+PLAIN = ("gpipe", "1f1b")
+ITEM_KEYS = {"adjusted": str, "swap_blocks": int, "swap_fraction": float, "adjusted_policy": str}
+# The demo: llama2-tiny learning Python's own source text on 4 emulated CPU devices.
+DEMO = dict(model="llama2-tiny", data="stdlib", devices="cpu:4", stages=4, microbatches=8,
+            micro_batch_size=4, seq_len=64, steps=40, lr=3e-3,
+            schedules="1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5")
 
 
 def add_parser(sub):
-    p = sub.add_parser("compare", help="(not built yet)")
+    p = sub.add_parser(
+        "compare", help="run several schedules in one process: one table + measured Gantt charts",
+        description=__doc__.split("\n\n")[0])
+    p.add_argument("--schedules", default="1f1b,obscura",
+                   help="comma list of schedules, each NAME[:key=value...] (default 1f1b,obscura)")
+    p.add_argument("--demo", action="store_true",
+                   help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
+                        "1F1B vs Obscura (explicit flags still override)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs")
+    add_schedule_args(p)
+    add_model_data_args(p)
     p.set_defaults(func=run)
+    _DEFAULTS.update({key: p.get_default(key) for key in DEMO})
+
+
+def parse_items(text: str) -> list[tuple[str, dict]]:
+    items = []
+    for raw in (t.strip() for t in text.split(",")):
+        if not raw:
+            continue
+        name, *opts = raw.split(":")
+        kw = {}
+        for opt in opts:
+            key, sep, value = opt.partition("=")
+            if not sep or key not in ITEM_KEYS:
+                raise ValueError(f"bad schedule option {opt!r} in {raw!r}: use key=value with key in "
+                                 f"{', '.join(ITEM_KEYS)}")
+            try:
+                kw[key] = ITEM_KEYS[key](value.replace("+", ",")) if key != "adjusted_policy" else \
+                    tuple(value.split("+"))
+            except ValueError:
+                raise ValueError(f"bad value {value!r} for {key} in {raw!r}") from None
+        items.append((name, kw))
+    if not items:
+        raise ValueError("--schedules lists no schedule")
+    return items
+
+
+_DEFAULTS: dict = {}
+
+
+def _apply_demo(args) -> None:
+    """Demo values for every flag still at its parser default."""
+    for key, value in DEMO.items():
+        if getattr(args, key) == _DEFAULTS.get(key):
+            setattr(args, key, value)
 
 
 def run(args):
-    raise ValueError("'compare' is not built yet")
+    if args.demo:
+        _apply_demo(args)
+    items = parse_items(args.schedules)
+    place = choose_devices(args, args.stages or 4)   # before JAX starts
+    from obscura_jax.report import compare_report, train_report
+    from obscura_jax.trainer import summarize, train
+    from schedules.gantt import draw_gantt, draw_gantts
+    from schedules.jsonio import write_json_atomic
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results, timelines, labels = [], [], []
+    for name, kw in items:
+        label = ":".join([name] + [f"{k}={v}" for k, v in kw.items()])
+        defaults = ({"adjusted": None, "swap_blocks": 0, "swap_fraction": 0.0} if name in PLAIN else
+                    {"adjusted": args.adjusted, "swap_blocks": args.swap_blocks,
+                     "swap_fraction": args.swap_fraction})
+        cfg = run_config(args, schedule=name, **{**defaults, **kw})
+        print(f"== {label}")
+        outcome = train(cfg, place, progress=not args.no_progress)
+        res = summarize(outcome)
+        res["label"] = label
+        print(train_report(res))
+        stem = name if sum(1 for n, _ in items if n == name) == 1 else label.replace(":", "_").replace("=", "")
+        write_json_atomic(out / f"{stem}.json", res)
+        if outcome.timeline is not None:
+            draw_gantt(outcome.timeline, out / f"{stem}_measured.png", title=f"{label}: measured")
+            timelines.append(outcome.timeline)
+            labels.append(f"{label}: measured, {res['iteration_time'] * 1e3:.1f} ms/iteration")
+        if outcome.simulated is not None:
+            draw_gantt(outcome.simulated, out / f"{stem}_simulated.png", title=f"{label}: simulated from measured costs")
+        results.append(res)
+    if timelines:
+        draw_gantts(timelines, out / "measured.png", labels)
+    table = compare_report(results)
+    print()
+    print(table)
+    (out / "table.txt").write_text(table + "\n")
+    write_json_atomic(out / "compare.json", {"format": "obscura-compare/1", "runs": results})
+    print(f"wrote {out}/ (table.txt, compare.json, per-schedule JSON, measured.png and per-schedule Gantt PNGs)")
+    return 0

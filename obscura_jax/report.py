@@ -1,0 +1,86 @@
+"""Short tables for people, from the JSON-ready summaries of trainer.summarize."""
+from __future__ import annotations
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_time(t) -> str:
+    if t is None:
+        return "-"
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.0f} us"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def train_report(res: dict) -> str:
+    losses = res["losses"]
+    out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
+           f"b={res['micro_batch_size']} T={res['seq_len']}, data {res['data']}, "
+           f"devices {', '.join(sorted(set(res['devices'])))}"]
+    if res.get("placement_note"):
+        out.append(f"note: {res['placement_note']}")
+    if losses:
+        out.append(f"loss: step {res['steps'][0]} {losses[0]:.4f} -> step {res['steps'][-1]} {losses[-1]:.4f}")
+    rows = [["iteration time", fmt_time(res["iteration_time"]), fmt_time(res["simulated_iteration_time"]),
+             _ratio(res["iteration_time"], res["simulated_iteration_time"])]]
+    if res.get("simulated_serial_time"):
+        rows.append(["(one shared device)", "", fmt_time(res["simulated_serial_time"]),
+                     _ratio(res["iteration_time"], res["simulated_serial_time"])])
+    out.append(table(["", "measured", "simulated", "meas/sim"], rows))
+    tps = res.get("tokens_per_second")
+    d = res["dispatch_us"]
+    out.append(f"tokens/s {tps:,.0f}" if tps else "tokens/s -")
+    out.append("host dispatch per action: " + "  ".join(
+        f"{k} {d[k]:.0f} us" for k in ("F", "B", "SO", "SI", "all") if d.get(k) is not None))
+    sw = res.get("swap") or {}
+    if sw.get("bytes_out"):
+        gb = lambda v: f"{v:.2f} GB/s" if v else "-"
+        out.append(f"swap: {fmt_bytes(sw['bytes_out'])} out / {fmt_bytes(sw['bytes_in'])} in over the run; "
+                   f"in-run {gb(sw.get('measured_gbps_out'))} out, {gb(sw.get('measured_gbps_in'))} in; "
+                   f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in")
+    rows = []
+    for s, st in enumerate(res["stages"]):
+        m = st.get("measured") or {}
+        rows.append([str(s), f"[{st['units'][0]},{st['units'][1]})", st["policy"]["name"],
+                     "yes" if st["adjusted"] else "no", fmt_bytes(st["residual_bytes_per_microbatch"]),
+                     fmt_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                     fmt_bytes(st.get("simulated_peak_bytes")),
+                     fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
+    out.append(table(["stage", "units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows))
+    if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
+        out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
+                   "+ XLA scratch (no memory_stats on this device)")
+    return "\n".join(out)
+
+
+def compare_report(results: list[dict]) -> str:
+    rows = []
+    for r in results:
+        peaks = [st["peak_bytes"] for st in r["stages"]]
+        rows.append([r["label"], fmt_time(r["iteration_time"]), fmt_time(r["simulated_iteration_time"]),
+                     _ratio(r["iteration_time"], r["simulated_iteration_time"]),
+                     f"{r['tokens_per_second']:,.0f}" if r.get("tokens_per_second") else "-",
+                     f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
+                     " / ".join(fmt_bytes(p) for p in peaks)])
+    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "loss", "peak per stage"], rows)

@@ -1,0 +1,109 @@
+"""Command-line flags shared by `obscura train` and `obscura compare`, and their
+translation into RunConfig. Light on purpose: no JAX import here (devices must be
+chosen before JAX starts)."""
+from __future__ import annotations
+
+import argparse
+
+from obscura_jax.run_config import RunConfig
+
+
+def add_model_data_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default="llama2-tiny", help="model config name (default llama2-tiny)")
+    g.add_argument("--micro-batch-size", type=int, default=2, metavar="b", help="rows per micro-batch (default 2)")
+    g.add_argument("--seq-len", type=int, default=64, metavar="T", help="tokens per row (default 64)")
+    g.add_argument("--data", default="synthetic", metavar="synthetic|stdlib|PATH",
+                   help="synthetic random tokens (default), stdlib = byte tokens of Python's own "
+                        "standard library, or a token file (.npy, or raw memmap with --dtype)")
+    g.add_argument("--dtype", default=None, choices=("uint16", "uint32"), help="dtype of a raw token file")
+    g.add_argument("--seed", type=int, default=0, help="params and data seed (default 0)")
+    g.add_argument("--compute-dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="override the model's activation dtype")
+
+    g = p.add_argument_group("pipeline")
+    g.add_argument("--stages", type=int, default=None, metavar="P", help="pipeline stages (default 4)")
+    g.add_argument("--microbatches", type=int, default=None, metavar="M", help="micro-batches per step (default 8)")
+    g.add_argument("--policy", default="none", metavar="NAME|ops",
+                   help="recompute policy of non-adjusted stages: none, full, selective, mlp, cmb or "
+                        "comma-separated op names (default none)")
+    g.add_argument("--adjusted-policy", default="full", metavar="NAME|ops",
+                   help="recompute set of adjusted stages (default full)")
+    g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
+                   help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "
+                        "else one emulated CPU device per stage)")
+    g.add_argument("--stage-devices", default=None, metavar="I,J,...",
+                   help="device index per stage (default: round-robin over the devices)")
+
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=3, help="total training steps (default 3)")
+    g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"))
+    g.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
+    g.add_argument("--weight-decay", type=float, default=0.01, help="adamw weight decay (default 0.01)")
+    g.add_argument("--warmup-steps", type=int, default=1,
+                   help="steps excluded from the median iteration time (default 1)")
+    g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
+                   help="how SO/SI move residuals (default device_put: overlaps on GPUs)")
+    g.add_argument("--no-swap", action="store_true",
+                   help="run the schedule's SO/SI as no-ops (to measure what swapping costs)")
+    g.add_argument("--cost-reps", type=int, default=3,
+                   help="repetitions when timing each stage for the simulator (default 3)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_schedule_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("schedule transformation")
+    g.add_argument("--adjusted", default=None, metavar="K|all",
+                   help="adjusted (recomputing) stages: 0..K, all, or a comma list")
+    g.add_argument("--swap-blocks", type=int, default=0, metavar="L", help="lambda: blocks swapped in warm-up")
+    g.add_argument("--swap-fraction", type=float, default=0.0, metavar="B", help="beta: fraction of a block swapped")
+
+
+def needed_stages(args) -> int:
+    """Stage count known without JAX (for choosing emulated devices first)."""
+    if getattr(args, "stages", None):
+        return args.stages
+    from schedules.jsonio import read_json
+    plan, sched = getattr(args, "plan", None), getattr(args, "schedule", None)
+    path, what = (plan, "plan file") if plan else (sched, "schedule file")
+    if not path or (not plan and not path.endswith(".json")):
+        return 4
+    data = read_json(path, what)
+    n = data.get("num_stages") if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 4
+
+
+def run_config(args, **overrides) -> RunConfig:
+    model_overrides = ()
+    if getattr(args, "compute_dtype", None):
+        model_overrides = (("compute_dtype", args.compute_dtype),)
+    kw = dict(
+        model=args.model, stages=args.stages, microbatches=args.microbatches,
+        schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),
+        adjusted_policy=tuple(t for t in args.adjusted_policy.split(",") if t),
+        policy=args.policy, swap_blocks=getattr(args, "swap_blocks", 0),
+        swap_fraction=getattr(args, "swap_fraction", 0.0), steps=args.steps, seed=args.seed,
+        micro_batch_size=args.micro_batch_size, seq_len=args.seq_len, data=args.data,
+        data_dtype=args.dtype, plan=getattr(args, "plan", None),
+        checkpoint_dir=getattr(args, "checkpoint_dir", None), resume=getattr(args, "resume", False),
+        checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
+        learning_rate=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+        swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
+        model_overrides=model_overrides)
+    kw.update(overrides)
+    return RunConfig(**kw)
+
+
+def choose_devices(args, num_stages: int):
+    """Call BEFORE importing JAX; returns a function num_stages -> Placement."""
+    from obscura_jax.devices import parse_devices
+    platform, count = parse_devices(args.devices, num_stages)
+    stage_devices = None
+    if args.stage_devices:
+        from obscura_jax.placement import parse_stage_devices
+        stage_devices = parse_stage_devices(args.stage_devices, num_stages)
+
+    def place(p: int):
+        from obscura_jax.placement import place_stages
+        return place_stages(p, platform, count, stage_devices)
+    return place

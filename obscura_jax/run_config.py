@@ -1,0 +1,121 @@
+"""RunConfig: everything one training run needs, validated once; and turning it into
+a model config, a Schedule and a partition (from a generator, a schedule file or a
+plan file)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SWAP_MECHANISMS = ("device_put", "jit")
+
+
+def parse_adjusted(text):
+    """--adjusted K | all | 0,1,2 -> None | int | 'all' | tuple[int, ...]."""
+    if text is None or isinstance(text, (int, tuple)):
+        return text
+    text = str(text).strip()
+    if text == "all":
+        return "all"
+    try:
+        vals = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ValueError(f"--adjusted must be K, all or a comma list of stages, got {text!r}") from None
+    return vals[0] if len(vals) == 1 else vals
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = "llama2-tiny"
+    stages: int | None = None          # None: from the schedule file / plan, else 4
+    microbatches: int | None = None    # None: from the schedule file / plan, else 8
+    schedule: str = "1f1b"             # generator name or a schedule JSON path
+    adjusted: object = None            # None | K | "all" | tuple of stages
+    adjusted_policy: tuple[str, ...] = ("full",)
+    policy: str = "none"               # base policy of non-adjusted stages
+    swap_blocks: int = 0
+    swap_fraction: float = 0.0
+    steps: int = 3
+    seed: int = 0
+    micro_batch_size: int = 2
+    seq_len: int = 64
+    data: str = "synthetic"
+    data_dtype: str | None = None
+    plan: str | None = None
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    checkpoint_every: int = 0          # 0: only at the end
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 1
+    swap_mechanism: str = "device_put"
+    swap_enabled: bool = True
+    record_timeline: bool = True
+    measure_costs: bool = True
+    cost_reps: int = 3
+    model_overrides: tuple = field(default=())  # ((field, value), ...)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
+        object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
+        for name in ("steps", "micro_batch_size", "seq_len", "cost_reps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("stages", "microbatches"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"--{name} must be >= 1, got {v}")
+        if self.swap_blocks < 0:
+            raise ValueError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
+        if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):
+            raise ValueError(f"--swap-fraction must be in [0, 1], got {self.swap_fraction}")
+        if self.warmup_steps < 0 or self.checkpoint_every < 0:
+            raise ValueError("--warmup-steps and --checkpoint-every must be >= 0")
+        if self.swap_mechanism not in SWAP_MECHANISMS:
+            raise ValueError(f"--swap-mechanism must be one of {', '.join(SWAP_MECHANISMS)}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("--resume needs --checkpoint-dir")
+        if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
+            raise ValueError(f"--lr must be > 0, got {self.learning_rate}")
+
+    def model_config(self):
+        import models
+        return models.get_config(self.model, **dict(self.model_overrides))
+
+    def resolve(self, cfg):
+        """-> (Schedule, partition) validated against the model."""
+        import models
+        import schedules
+        from schedules.validator import validate
+
+        if self.plan:
+            import planner
+            plan = planner.load_plan(self.plan)
+            schedule = planner.plan_to_schedule(plan)
+            partition = [tuple(st.units) for st in plan.stages]
+            self._check_counts(schedule, "plan " + self.plan)
+        elif self.schedule.endswith(".json") or Path(self.schedule).is_file():
+            from schedules.io import load_schedule
+            schedule = load_schedule(self.schedule)
+            partition = None
+            self._check_counts(schedule, "schedule file " + self.schedule)
+        else:
+            if self.schedule not in schedules.SCHEDULES:
+                raise ValueError(f"unknown schedule {self.schedule!r}; choose from "
+                                 f"{', '.join(schedules.SCHEDULES)} or give a schedule JSON file")
+            schedule = schedules.generate(
+                self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
+                recompute=self.adjusted_policy, swap_blocks=self.swap_blocks,
+                swap_fraction=self.swap_fraction)
+            partition = None
+        validate(schedule)
+        if partition is None:
+            partition = models.even_partition(cfg.num_units, schedule.num_stages)
+        return schedule, [tuple(int(v) for v in r) for r in partition]
+
+    def _check_counts(self, schedule, what: str) -> None:
+        for flag, have in (("stages", schedule.num_stages), ("microbatches", schedule.num_microbatches)):
+            want = getattr(self, flag)
+            if want is not None and want != have:
+                raise ValueError(f"--{flag} {want} disagrees with the {have} of {what}")
