@@ -7,8 +7,8 @@ act_bytes_recompute instead of act_bytes.
 
 JSON form (`obscura simulate --costs costs.json`, `to_json`/`from_json`): an object
 whose keys are the field names above; per-stage fields are lists of p numbers (or
-one number for every stage), `fwd` is required and fixes p, the rest default as in
-the dataclass, and an infinite bandwidth is written as null. An optional
+one number for every stage), `fwd` (a list, it fixes p) and `bwd` are required,
+the rest default as in the dataclass, and an infinite bandwidth is written as null. An optional
 "format": "obscura-costs/1" key is accepted. Example:
 
     {"fwd": [1, 1, 1, 1], "bwd": [2, 2, 2, 2], "recompute": 1.0,
@@ -120,6 +120,8 @@ class StageCosts:
         if not isinstance(data.get("fwd"), list) or not data["fwd"]:
             raise ScheduleError("costs JSON: 'fwd' must be a non-empty list (one forward time per stage)")
         p = len(data["fwd"])
+        if "bwd" not in data:
+            raise ScheduleError("costs JSON: 'bwd' is required (backward time per stage)")
         kwargs = {}
         for name, v in data.items():
             if name in _PER_STAGE:

@@ -27,7 +27,7 @@ def format_grid(rows: Sequence[Sequence[str]],
     widths = [max([len(str(j)) + 2] + [len(r[j]) for r in cells if j < len(r)]) for j in range(steps)]
     labels = list(labels) if labels is not None else [f"stage {s}" for s in range(len(rows))]
     head_w = max([len("step")] + [len(lbl) for lbl in labels])
-    lines = ["step".ljust(head_w) + " " + "".join(f" {j} ".rjust(w) for j, w in enumerate(widths))]
+    lines = [("step".ljust(head_w) + " " + "".join(f"{j} ".rjust(w) for j, w in enumerate(widths))).rstrip()]
     for s, row in enumerate(cells):
         line = labels[s].ljust(head_w) + " " + "".join(c.rjust(w) for c, w in zip(row, widths))
         if s in notes:

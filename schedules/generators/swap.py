@@ -1,19 +1,27 @@
 """Swap pass: insert SO/SI actions for lambda_s whole-micro-batch blocks per stage
 (the paper's swapping-aware recompute, section 5). Pure: rows in, new rows out.
 
-Blocks evicted are always the NEWEST in-flight micro-batches (their backwards are
-furthest away) and blocks loaded are the OLDEST evicted ones, so the resident set is
-the oldest R = w - lambda in-flight micro-batches (w = warm-up forwards):
-  eviction         warm-up: SO(x) right after each of the last lambda warm-up forwards;
-  eviction-loading steady:  after F(y), SO(y) evicts the newest block, then SI loads
-                            the oldest evicted one (the simulator starts that SI only
-                            after the SO ends: evict one block before loading one);
-  loading          cool-down: after each backward, SI the oldest evicted block, so it
-                            overlaps the next backward (hides up to 2f+r).
-Each phase's transfer overlaps compute for up to f, 3f+r and 2f+r respectively.
+Memory peaks when a forward starts (it allocates its block then), so the pass
+keeps R = w - lambda blocks resident at every forward's start (w = warm-up
+forwards), which is Eq. 1's A_s when each transfer fits under one forward:
+  eviction         warm-up: SO(x) right after F(x) for the lambda blocks
+                   x = w-lambda-2 .. w-3. Not the last two: an SO frees memory only
+                   when it ends, so the SO after F(w-2) (and of course after F(w-1))
+                   would still be running when F(w-1) starts, at the peak;
+  eviction-loading steady: after F(y), SO(y) evicts that newest block, then SI
+                   loads the oldest evicted one (the simulator starts an SI only
+                   after the SO listed before it ends: evict one block, then load
+                   one, so the level never rises above R);
+  loading          cool-down: after each backward, SI the oldest evicted block, so
+                   it overlaps the next backward.
+Transfers thus overlap compute for up to f, 3f+r and 2f+r respectively. A block
+is loaded w-lambda-2 steps before its backward needs it (lambda <= w-4 keeps every
+load hidden when transfers fit under a step); with lambda > w-3 the
+window starts at block 0, loads come right before their backwards and the peak is
+a block above R.
 
     stage 0, w=5, lambda=2, m=8:
-    F0 F1 F2 F3 SO3 F4 SO4 | B0 F5 SO5 SI3 B1 F6 SO6 SI4 B2 F7 SO7 SI5 | B3 SI6 B4 SI7 B5 B6 B7
+    F0 F1 SO1 F2 SO2 F3 F4 | B0 F5 SO5 SI1 B1 F6 SO6 SI2 B2 F7 SO7 SI5 | B3 SI6 B4 SI7 B5 B6 B7
 """
 from __future__ import annotations
 
@@ -73,6 +81,7 @@ def _swap_row(row: list[Action], lam: int) -> list[Action]:
     compute = [a for a in row if a.kind in (Kind.F, Kind.B, Kind.W)]
     w = warmup_count(compute)
     target = w - lam                     # resident blocks kept once warm-up is over
+    first = max(0, w - lam - 2)          # first block evicted in warm-up
     inflight: list[int] = []             # forwarded, not yet backwarded (oldest first)
     evicted: deque[int] = deque()        # oldest evicted first
     out: list[Action] = []
@@ -91,7 +100,7 @@ def _swap_row(row: list[Action], lam: int) -> list[Action]:
         out.append(a)
         if a.kind == Kind.F:
             inflight.append(x)
-            if (in_warmup and x >= w - lam) or (not in_warmup):
+            if (in_warmup and first <= x < first + lam) or not in_warmup:
                 out.append(Action(s, Kind.SO, x))
                 evicted.append(x)
         elif a.kind == Kind.B:

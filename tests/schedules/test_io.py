@@ -1,0 +1,102 @@
+import json
+import math
+
+import pytest
+
+from schedules import Action, Kind, ScheduleError, StageCosts, generate, io
+from schedules.jsonio import read_json
+
+
+@pytest.mark.parametrize("text", ["F3", "B0", "W12", "SO3", "SI7"])
+def test_action_prints_and_parses_back(text):
+    a = Action.parse(text, 2)
+    assert str(a) == text and a.stage == 2
+
+
+@pytest.mark.parametrize("text", ["X3", "F", "F-1", "SO", "f3", "F3x"])
+def test_action_parse_rejects(text):
+    with pytest.raises(ScheduleError):
+        Action.parse(text, 0)
+
+
+def test_schedule_json_roundtrip(tmp_path):
+    s = generate("obscura", 4, 8, adjusted=1, recompute=("mlp_act", "mlp_mul"), swap_blocks=2, swap_fraction=0.5)
+    d = io.schedule_to_json(s)
+    assert d["format"] == "obscura-schedule/1" and d["stages"][0]["recompute"] == ["mlp_act", "mlp_mul"]
+    assert io.schedule_from_json(json.loads(json.dumps(d))) == s
+    path = tmp_path / "s.json"
+    io.save_schedule(s, path)
+    assert io.load_schedule(path) == s
+
+
+def _good():
+    return io.schedule_to_json(generate("1f1b", 2, 2))
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.update(format="obscura-schedule/2"), "format must be"),
+    (lambda d: d.pop("num_stages"), "'num_stages' must be an integer"),
+    (lambda d: d.update(num_microbatches="2"), "'num_microbatches' must be an integer"),
+    (lambda d: d.update(stages={}), "'stages' must be a list"),
+    (lambda d: d["stages"].pop(), "1 stage entries for num_stages=2"),
+    (lambda d: d["stages"][0].update(actions="F0 B0"), "stage 0: 'actions' must be a list"),
+    (lambda d: d["stages"][1]["actions"].append("Q1"), "cannot parse action 'Q1'"),
+    (lambda d: d["stages"][0].update(swap_fraction=2.0), "swap fraction must be in [0, 1]"),
+    (lambda d: d["stages"][0].update(recompute="full"), "'recompute' must be a list"),
+    (lambda d: d["stages"][1]["actions"].pop(), "stage 1 has no B1"),
+    (lambda d: d.update(num_microbatches=0), "number of micro-batches must be >= 1"),
+])
+def test_malformed_schedule_json_is_one_clear_line(mutate, needle):
+    d = _good()
+    mutate(d)
+    with pytest.raises(ScheduleError) as e:
+        io.schedule_from_json(d)
+    assert needle in str(e.value).splitlines()[0]
+
+
+def test_load_schedule_reports_bad_files(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        io.load_schedule(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"format\": ")
+    with pytest.raises(ValueError, match="malformed schedule JSON"):
+        io.load_schedule(bad)
+
+
+def test_save_never_leaves_half_files(tmp_path):
+    path = tmp_path / "s.json"
+    io.save_schedule(generate("1f1b", 2, 2), path)
+    before = path.read_text()
+    with pytest.raises(TypeError):
+        from schedules.jsonio import write_json_atomic
+        write_json_atomic(path, {"x": object()})
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_costs_json_roundtrip(tmp_path):
+    c = StageCosts(fwd=(1, 2), bwd=(2, 4), recompute=(0.5, 1), act_bytes=(10, 20), host_bandwidth=5e10,
+                   p2p_latency=1e-5)
+    d = json.loads(json.dumps(c.to_json()))
+    assert d["p2p_bandwidth"] is None and set(d) == set(c.__dataclass_fields__)
+    assert StageCosts.from_json(d) == c
+    assert StageCosts.from_json({"fwd": [1, 1], "bwd": 2, "recompute": 0.5}).bwd == (2.0, 2.0)
+    assert math.isinf(StageCosts.from_json({"fwd": [1], "bwd": [2]}).host_bandwidth)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ([], "top level"), ({"bwd": [1]}, "'fwd' must be"), ({"fwd": [1], "speed": 1}, "unknown key"),
+    ({"fwd": [1], "bwd": [1, 2]}, "bwd has 2 entries"), ({"fwd": [1], "bwd": "x"}, "'bwd' must be"),
+    ({"fwd": [1]}, "'bwd' is required"), ({"fwd": [-1], "bwd": 1}, ">= 0"),
+    ({"fwd": [1], "bwd": 1, "p2p_latency": float("nan")}, "finite"),
+    ({"fwd": [1], "format": "x"}, "format"),
+])
+def test_costs_json_rejects(bad, needle):
+    with pytest.raises(ScheduleError, match=needle):
+        StageCosts.from_json(bad)
+
+
+def test_read_json_wraps_errors(tmp_path):
+    with pytest.raises(ValueError, match="costs JSON not found"):
+        read_json(tmp_path / "x.json", "costs JSON")
+    assert Kind("SO") is Kind.SO

@@ -1,0 +1,96 @@
+import pytest
+
+from schedules import Action, Kind, Schedule, ScheduleError, StageSpec, generate, validate
+from schedules.text import format_grid
+from tests.schedules.helpers import corrupt, replace_row
+
+
+def _rows(*rows, m=2):
+    return Schedule("t", len(rows), m,
+                    tuple(StageSpec(tuple(Action.parse(a, s) for a in r.split())) for s, r in enumerate(rows)))
+
+
+def _error(schedule) -> str:
+    with pytest.raises(ScheduleError) as e:
+        validate(schedule)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "recomp", "strawman", "obscura"])
+@pytest.mark.parametrize("p,m", [(1, 1), (1, 5), (2, 1), (4, 8), (3, 7), (8, 3)])
+def test_generated_schedules_validate(name, p, m):
+    validate(generate(name, p, m))
+
+
+def test_message_is_one_summary_line_then_the_grid_with_the_bad_action_marked():
+    msg = _error(_rows("F0 F1 B0 B1", "F0 B0 F1 B1 B1"))
+    lines = msg.splitlines()
+    assert lines[0] == "invalid schedule 't': B1 at stage 1 step 4 is a duplicate (first at step 3)"
+    assert lines[1].split()[:3] == ["step", "0", "1"]
+    assert lines[3].startswith("stage 1") and lines[3].endswith("[B1]")
+    assert "[" not in lines[2]
+
+
+def test_missing_action_is_named_at_the_end_of_its_row():
+    msg = _error(_rows("F0 F1 B0 B1", "F0 B0 F1"))
+    assert msg.splitlines()[0].startswith("invalid schedule 't': stage 1 has no B1")
+    assert msg.splitlines()[-1].endswith("<- stage 1 has no B1")
+
+
+@pytest.mark.parametrize("row,needle", [
+    ("F1 F0 B0 B1", "F0 at stage 1 step 1 comes after F1"),
+    ("F0 F1 B1 B0", "B0 at stage 1 step 3 comes after B1"),
+    ("B0 F0 F1 B1", "B0 at stage 1 step 0 comes before its F0"),
+    ("F0 F1 B0 B1 F2", "F2 at stage 1 step 4: micro-batch 2 is outside 0..1"),
+    ("F0 SO0 F1 B0 B1", "SO0 at stage 1 step 1 is never swapped back in"),
+    ("F0 SI0 F1 B0 B1", "SI0 at stage 1 step 1 has no earlier SO0"),
+    ("SO0 F0 SI0 F1 B0 B1", "SO0 at stage 1 step 0 comes before its F0"),
+    ("F0 SO0 F1 B0 SI0 B1", "SI0 at stage 1 step 4 comes after B0 needed it"),
+    ("F0 F1 W0 B0 B1", "W0 at stage 1 step 2 does not follow B0"),
+])
+def test_stage_rules(row, needle):
+    msg = _error(_rows("F0 F1 B0 B1", row))
+    assert needle in msg.splitlines()[0]
+    assert "[" in msg.splitlines()[3]
+
+
+def test_swaps_and_weight_grads_that_follow_the_rules_pass():
+    validate(_rows("F0 F1 B0 W0 B1 W1", "F0 SO0 F1 SO1 SI0 B0 SI1 B1 W1"))
+
+
+def test_deadlock_is_found_and_each_stuck_head_marked():
+    # stage 0 wants B0 before stage 1 got F1; stage 1 wants F1 before its B0
+    msg = _error(_rows("F0 B0 F1 B1", "F0 F1 B0 B1"))
+    first = msg.splitlines()[0]
+    assert "deadlock" in first and "stage 0 step 1 waits at B0 for B0 on stage 1" in first
+    assert "and 1 more problem" in first
+    grid = msg.splitlines()[1:]
+    assert "[B0]" in grid[1] and "[F1]" in grid[2]
+
+
+@pytest.mark.parametrize("how", ["drop", "duplicate", "swap_same_kind", "b_before_f"])
+@pytest.mark.parametrize("name", ["1f1b", "strawman", "obscura"])
+def test_corruptions_are_rejected_with_the_grid(how, name):
+    s = generate(name, 4, 8, adjusted=1, swap_blocks=1, swap_fraction=0.5)
+    bad = corrupt(s, how, stage=1, pick=5)
+    msg = _error(bad)
+    assert msg.splitlines()[1].startswith("step")
+    assert "[" in msg or "<-" in msg
+
+
+def test_format_grid_aligns_columns():
+    text = format_grid([["F0", "F10"], ["SO3"]], marks=[(1, 0)])
+    head, r0, r1 = text.splitlines()
+    assert r1.endswith("[SO3]")
+    assert len({len(head), len(r0)}) == 1
+
+
+def test_schedule_rejects_action_listed_under_another_stage():
+    with pytest.raises(ScheduleError, match="listed under stage 1"):
+        Schedule("t", 2, 1, (StageSpec((Action(0, Kind.F, 0),)), StageSpec((Action(0, Kind.F, 0),))))
+
+
+def test_replace_row_helper_keeps_attributes():
+    s = generate("obscura", 3, 4, adjusted=0)
+    t = replace_row(s, 0, s.actions(0))
+    assert t == s
