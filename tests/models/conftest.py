@@ -1,0 +1,20 @@
+"""Shared tiny-model fixtures: perturbed params and a small byte-level batch."""
+import jax
+import jax.numpy as jnp
+import pytest
+
+import models
+from tests.models.plain_reference import perturbed_params
+
+BATCH, SEQ = 2, 16
+
+
+@pytest.fixture(scope="session", params=["llama2-tiny", "gpt3-tiny"])
+def tiny(request):
+    """(cfg, params, tokens, targets) for one tiny family, cut to 2 layers (6 units):
+    layers are identical, and compile time is what these tests spend."""
+    cfg = models.get_config(request.param, num_layers=2)
+    params = perturbed_params(models.init_params(cfg, seed=0))
+    tokens = jax.random.randint(jax.random.key(1), (BATCH, SEQ), 0, cfg.vocab_size, jnp.int32)
+    targets = jax.random.randint(jax.random.key(2), (BATCH, SEQ), 0, cfg.vocab_size, jnp.int32)
+    return cfg, params, tokens, targets
