@@ -39,7 +39,7 @@ stage 1 runs B1 and B2 before F7 because F7 has not arrived (stage 0 is at its c
             |   00-11-22-33-44-55-66-77-         |
 
 With swap_blocks=2, swap_fraction=1 (lambda_1 = 2, lambda_0 = 3), stage 0's list:
-    F0 F1 F2 F3 F4 SO4 F5 SO5 F6 SO6 B0 F7 SO7 SI4 B1 SI5 B2 SI6 B3 SI7 B4 B5 B6 B7
+    F0 F1 F2 SO2 F3 SO3 F4 SO4 F5 F6 B0 F7 SO7 SI2 B1 SI3 B2 SI4 B3 SI7 B4 B5 B6 B7
 """
 from __future__ import annotations
 

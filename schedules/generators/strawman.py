@@ -27,8 +27,14 @@ from schedules.ir import Schedule
 
 
 def strawman_warmup(num_stages: int, num_microbatches: int, adjusted) -> tuple[int, ...]:
+    """Warm-up forwards per stage. Adjusted stages are normally a prefix; if not, a
+    stage before an adjusted one runs at least as many warm-up forwards as the stage
+    after it (stage s+1's first backward needs that many forwards from stage s)."""
     p, m = num_stages, num_microbatches
-    return tuple(min(m, 3 * (p - s - 1) + 1) if s in adjusted else min(p - s, m) for s in range(p))
+    warm = [min(m, 3 * (p - s - 1) + 1) if s in adjusted else min(p - s, m) for s in range(p)]
+    for s in range(p - 2, -1, -1):
+        warm[s] = max(warm[s], warm[s + 1])
+    return tuple(warm)
 
 
 def strawman(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),

@@ -44,6 +44,10 @@ def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int
     warm = [warmup_count(r) for r in rows]
     if isinstance(swap_blocks, bool):
         raise ScheduleError(f"swap_blocks must be an integer or a tuple of integers, got {swap_blocks!r}")
+    wants = swap_blocks > 0 if isinstance(swap_blocks, int) else any(
+        isinstance(v, int) and v > 0 for v in swap_blocks)
+    if wants and swap_fraction == 0.0:
+        raise ScheduleError("swap_blocks > 0 needs a swap fraction > 0 (beta, the share of a block moved)")
     if isinstance(swap_blocks, int):
         if swap_blocks < 0:
             raise ScheduleError(f"swap_blocks must be >= 0, got {swap_blocks}")
@@ -67,8 +71,6 @@ def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int
             if v > warm[s] - 1:
                 raise ScheduleError(f"swap_blocks[{s}]={v} must be <= {warm[s] - 1} "
                                     f"(stage {s}'s warm-up forwards minus one resident block)")
-    if any(lam) and swap_fraction == 0.0:
-        raise ScheduleError("swap_blocks > 0 needs a swap fraction > 0 (beta, the share of a block moved)")
     return tuple(lam)
 
 

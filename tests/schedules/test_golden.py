@@ -1,0 +1,53 @@
+"""Small schedules kept as text goldens: the action grid and the unit-cost chart.
+Regenerate with OBSCURA_UPDATE_GOLDEN=1 after an intended change, and review the diff."""
+import os
+from pathlib import Path
+
+import pytest
+
+from schedules import StageCosts, generate, simulate
+from schedules.text import schedule_text, timeline_ascii
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {
+    "gpipe_p4_m8": ("gpipe", 4, 8, {}),
+    "1f1b_p4_m8": ("1f1b", 4, 8, {}),
+    "recomp0_p4_m8": ("recomp", 4, 8, {"adjusted": 0}),
+    "recompall_p4_m8": ("recomp", 4, 8, {"adjusted": "all"}),
+    "strawman0_p4_m8": ("strawman", 4, 8, {"adjusted": 0}),
+    "strawman1_p4_m8": ("strawman", 4, 8, {"adjusted": 1}),
+    "obscura1_p4_m8": ("obscura", 4, 8, {"adjusted": 1}),
+    "obscura1_swap2_p4_m8": ("obscura", 4, 8, {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 1.0}),
+    "obscura2_p4_m16": ("obscura", 4, 16, {"adjusted": 2}),
+    "1f1b_p2_m3": ("1f1b", 2, 3, {}),
+}
+
+
+def render(name, p, m, kw) -> str:
+    s = generate(name, p, m, **kw)
+    costs = StageCosts.uniform(p, 1.0, 2.0, 1.0, act_bytes=1.0, host_bandwidth=4.0)
+    tl = simulate(s, costs)
+    return (schedule_text(s) + f"\n# unit costs f=1 b=2 r=1, kept 1 byte/mb, host 4 bytes/unit: "
+            f"makespan {tl.makespan:g}\n" + timeline_ascii(tl) + "\n")
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_golden(key):
+    path = GOLDEN / f"{key}.txt"
+    text = render(*CASES[key])
+    if os.environ.get("OBSCURA_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with OBSCURA_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("module,name,kw", [
+    ("gpipe", "gpipe", {}), ("one_f_one_b", "1f1b", {}), ("one_f_one_b", "recomp", {"adjusted": 0}),
+    ("strawman", "strawman", {"adjusted": 0}), ("obscura", "obscura", {"adjusted": 1}),
+])
+def test_docstring_pictures_are_current(module, name, kw):
+    import importlib
+    doc = importlib.import_module(f"schedules.generators.{module}").__doc__
+    tl = simulate(generate(name, 4, 8, **kw), StageCosts.uniform(4, 1.0, 2.0, 1.0))
+    picture = "\n".join("    " + ln for ln in timeline_ascii(tl).splitlines())
+    assert picture in doc

@@ -1,0 +1,126 @@
+"""Property tests (hypothesis): 1,200 random (p, m, K, caps, costs) instances.
+
+Every generated schedule validates, its simulation equals an independent longest
+path (unit costs without communication, and random costs with p2p and swaps), its
+statistics are consistent, its issue order respects every dependency, and any
+dropped / duplicated / reordered action is rejected with the grid message.
+"""
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from schedules import (SCHEDULES, Kind, ScheduleError, StageCosts, generate, io, issue_order, simulate,
+                       validate)
+from schedules.generators.common import resolve_adjusted, warmup_count
+from tests.schedules.helpers import corrupt, longest_path_times
+
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def stage_costs(draw, p):
+    fwd = [draw(st.floats(0.1, 3.0)) for _ in range(p)]
+    bwd = [f * draw(st.floats(1.0, 3.0)) for f in fwd]
+    rec = [f * draw(st.floats(0.0, 1.2)) for f in fwd]
+    act = [draw(st.floats(0.0, 10.0)) for _ in range(p)]
+    return StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(rec), act_bytes=tuple(act),
+                      act_bytes_recompute=tuple(a * draw(st.floats(0.0, 1.0)) for a in act),
+                      boundary_bytes=tuple(draw(st.floats(0.0, 2.0)) for _ in range(p)),
+                      p2p_latency=draw(st.sampled_from([0.0, 0.05, 0.3])),
+                      p2p_bandwidth=draw(st.sampled_from([math.inf, 4.0, 20.0])),
+                      host_bandwidth=draw(st.sampled_from([math.inf, 5.0, 40.0])))
+
+
+@st.composite
+def instances(draw, names=tuple(SCHEDULES)):
+    p = draw(st.integers(1, 6))
+    m = draw(st.integers(1, 12))
+    name = draw(st.sampled_from(names))
+    adjusted = draw(st.one_of(st.none(), st.integers(0, p - 1), st.just("all"),
+                              st.lists(st.integers(0, p - 1), min_size=1, max_size=p).map(tuple)))
+    costs = draw(stage_costs(p))
+    kw = {"adjusted": adjusted, "costs": costs}
+    if name in ("1f1b", "recomp", "obscura") and draw(st.booleans()):
+        caps = sorted((draw(st.integers(1, m + 2)) for _ in range(p)), reverse=True)   # non-increasing
+        kw["warmup"] = tuple(caps)
+    base = generate(name, p, m, **kw)
+    adj = base.adjusted_stages
+    if adj and draw(st.booleans()):
+        k = max(adj)
+        room = warmup_count(base.actions(k)) - 1
+        if room >= 1:
+            kw["swap_blocks"] = draw(st.integers(1, room))
+            kw["swap_fraction"] = draw(st.floats(0.05, 1.0))
+    return name, p, m, kw
+
+
+@settings(max_examples=600, **SETTINGS)
+@given(instances())
+def test_generated_schedules_validate_and_simulate_exactly(inst):
+    name, p, m, kw = inst
+    s = generate(name, p, m, **kw)
+    validate(s)
+    assert io.schedule_from_json(io.schedule_to_json(s)) == s
+    assert s.adjusted_stages == resolve_adjusted(
+        "all" if kw["adjusted"] is None and name in ("recomp", "strawman", "obscura") else kw["adjusted"], p)
+
+    # unit costs, no communication: the makespan is the longest path of the graph
+    unit = StageCosts.uniform(p, 1.0, 2.0, 1.0)
+    tl = simulate(s, unit)
+    ref = longest_path_times(s, unit)
+    assert tl.makespan == pytest.approx(max(e for _, e in ref.values()))
+
+    # random costs with p2p and swaps: every op's times match the independent graph
+    costs = kw["costs"]
+    tl = simulate(s, costs)
+    ref = longest_path_times(s, costs)
+    for op in tl.ops:
+        assert (op.start, op.end) == pytest.approx(ref[(op.stage, op.action)], abs=1e-9)
+    for spec, stats, mem in zip(s.stages, tl.stages, tl.memory):
+        assert stats.compute + stats.idle == pytest.approx(tl.makespan)
+        assert 1 <= stats.peak_inflight_microbatches <= m
+        assert stats.recompute <= stats.compute + 1e-9
+        assert mem[-1][1] == pytest.approx(0.0, abs=1e-6)
+        assert all(b >= -1e-6 for _, b in mem)
+
+    order = issue_order(s, costs)
+    pos = {a: i for i, a in enumerate(order)}
+    assert len(pos) == sum(len(spec.actions) for spec in s.stages)
+    for spec in s.stages:
+        assert [pos[a] for a in spec.actions] == sorted(pos[a] for a in spec.actions)
+    for a in order:
+        if a.kind == Kind.F and a.stage > 0:
+            assert pos[a] > pos[type(a)(a.stage - 1, Kind.F, a.microbatch)]
+        if a.kind == Kind.B and a.stage < p - 1:
+            assert pos[a] > pos[type(a)(a.stage + 1, Kind.B, a.microbatch)]
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(instances(), st.sampled_from(["drop", "duplicate", "swap_same_kind", "b_before_f"]),
+       st.integers(0, 5), st.integers(0, 100))
+def test_corrupted_schedules_are_rejected_with_the_grid(inst, how, stage, pick):
+    name, p, m, kw = inst
+    if how == "swap_same_kind" and m < 2:
+        how = "drop"
+    s = generate(name, p, m, **kw)
+    bad = corrupt(s, how, stage % p, pick)
+    with pytest.raises(ScheduleError) as e:
+        validate(bad)
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith(f"invalid schedule {name!r}: ")
+    assert lines[1].startswith("step")
+    assert len(lines) == p + 2
+    assert any("[" in ln or "<-" in ln for ln in lines[2:])
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(st.integers(1, 6), st.integers(1, 16), st.data())
+def test_obscura_never_slower_or_fuller_than_strawman(p, m, data):
+    k = data.draw(st.integers(0, p - 1))
+    costs = data.draw(stage_costs(p))
+    ob = simulate(generate("obscura", p, m, adjusted=k, costs=costs), costs)
+    sw = simulate(generate("strawman", p, m, adjusted=k), costs)
+    assert ob.makespan <= sw.makespan * (1 + 1e-9)
+    for a, b in zip(ob.stages, sw.stages):
+        assert a.peak_inflight_microbatches <= b.peak_inflight_microbatches
