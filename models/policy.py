@@ -13,6 +13,7 @@ A policy never changes the math: same loss, same gradients.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -107,26 +108,29 @@ def _expand(names: list[str], family: str, what: str) -> frozenset[str]:
 
 def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
     """A preset name, a comma-separated op list, an iterable of op/preset names
-    (their union) or a RecomputePolicy -> RecomputePolicy for `family`.
-    `offload` takes the same forms (presets allowed) minus nothing: ops both
-    recomputed and offloaded are an error."""
-    ops_for(family)  # validates the family
+    (their union) or a RecomputePolicy -> RecomputePolicy for `family`. `offload`
+    takes the same forms and is added to the policy's offload set; an op both
+    recomputed and offloaded is an error."""
+    ops = ops_for(family)  # validates the family
+    extra_offload = _expand(_split_spec(offload), family, "offload op")
     if isinstance(spec, RecomputePolicy):
         if spec.family not in (None, family):
             raise ModelConfigError(f"policy {spec.name!r} is for {spec.family}, not {family}")
-        names_r, recompute = None, spec.recompute & frozenset(ops_for(family))
-        offload_set = (spec.offload & frozenset(ops_for(family))) | _expand(_split_spec(offload), family, "offload op")
-        base_name = spec.name
+        foreign = sorted((spec.recompute | spec.offload) - set(ops))
+        if foreign:
+            raise ModelConfigError(f"policy {spec.name!r} names op(s) {', '.join(foreign)} "
+                                   f"that {family} does not have")
+        if not extra_offload - spec.offload:
+            return dataclasses.replace(spec, family=family)
+        recompute, offload_set, base = spec.recompute, spec.offload | extra_offload, spec.name
+        base = base.split("+offload:")[0]
     else:
-        names_r = _split_spec(spec) if spec is not None else []
-        recompute = _expand(names_r, family, "policy or op")
-        offload_set = _expand(_split_spec(offload), family, "offload op")
-        base_name = None
-    if base_name is None:
-        base_name = _name_for(names_r, recompute, family)
-    name = base_name
+        names = _split_spec(spec) if spec is not None else []
+        recompute, offload_set = _expand(names, family, "policy or op"), extra_offload
+        base = _name_for(names, recompute, family)
+    name = base
     if offload_set:
-        name = f"{base_name}+offload:{','.join(o for o in ops_for(family) if o in offload_set)}"
+        name = f"{base}+offload:{','.join(o for o in ops if o in offload_set)}"
     return RecomputePolicy(recompute=recompute, offload=offload_set, name=name, family=family)
 
 
