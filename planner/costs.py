@@ -12,7 +12,8 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from planner.errors import PlanError
-from planner.profile import FULL, Profile
+from planner.profile import Profile
+from planner.residuals import UnitKept
 from schedules.costs import StageCosts
 
 Partition = tuple[tuple[int, int], ...]
@@ -107,10 +108,21 @@ def stage_views(profile: Profile, partition: Sequence[Sequence[int]]) -> tuple[S
     return _views(profile, check_partition(partition, profile.num_units))
 
 
-def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
-    """Activation bytes one micro-batch leaves on the stage under recompute set R."""
+def weight_bytes(profile: Profile, units: tuple[int, int]) -> float:
+    return sum(profile.unit(k).weight_bytes for k in profile.kinds[units[0]:units[1]])
+
+
+def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str],
+               unit_kept: UnitKept | None = None) -> float:
+    """Activation bytes one micro-batch leaves on the stage under recompute set R:
+    the profile's additive figure, or the larger traced one when `unit_kept`
+    (planner.residuals.exact_unit_kept) is given."""
     r = frozenset(recompute)
-    return sum(profile.unit(k).kept_bytes(r) for k in profile.kinds[units[0]:units[1]])
+    total = 0.0
+    for k in profile.kinds[units[0]:units[1]]:
+        b = profile.unit(k).kept_bytes(r)
+        total += max(b, unit_kept(k, r)) if unit_kept is not None else b
+    return total
 
 
 def recompute_time(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
@@ -132,11 +144,11 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
 def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
                 recompute_sets: Sequence[Iterable[str]], *,
                 p2p_bandwidth: float | None = None, p2p_latency: float | None = None,
-                host_bandwidth: float | None = None) -> StageCosts:
+                host_bandwidth: float | None = None, unit_kept: UnitKept | None = None) -> StageCosts:
     """StageCosts for the simulator. `recompute_sets[s]` is stage s's recompute set
     (empty for none; it sets recompute / act_bytes_recompute, which the simulator
     uses on stages whose schedule row recomputes). Bandwidths default to the
-    profile's."""
+    profile's; `unit_kept` corrects kept bytes where the additive formula is low."""
     views = stage_views(profile, partition)
     if len(recompute_sets) != len(views):
         raise PlanError(f"{len(recompute_sets)} recompute sets for {len(views)} stages")
@@ -145,8 +157,8 @@ def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
         fwd=tuple(v.fwd for v in views),
         bwd=tuple(v.bwd for v in views),
         recompute=tuple(recompute_time(profile, v.units, r) for v, r in zip(views, sets)),
-        act_bytes=tuple(kept_bytes(profile, v.units, ()) for v in views),
-        act_bytes_recompute=tuple(kept_bytes(profile, v.units, r) for v, r in zip(views, sets)),
+        act_bytes=tuple(kept_bytes(profile, v.units, (), unit_kept) for v in views),
+        act_bytes_recompute=tuple(kept_bytes(profile, v.units, r, unit_kept) for v, r in zip(views, sets)),
         weight_bytes=tuple(v.weight_bytes for v in views),
         boundary_bytes=tuple(v.boundary_bytes for v in views),
         p2p_latency=profile.p2p_latency if p2p_latency is None else p2p_latency,

@@ -56,6 +56,11 @@ class StageProblem:
     resident: float        # c_s: micro-batches' worth of kept bytes at the peak
     swap_blocks: int = 0   # lambda_s
     memory_limit: float = math.inf
+    full_bytes: float | None = None  # kept under "full" (default: base_bytes)
+
+    @property
+    def full_kept(self) -> float:
+        return self.base_bytes if self.full_bytes is None else self.full_bytes
 
     def __post_init__(self) -> None:
         n = len(self.ops)
@@ -105,7 +110,7 @@ def stage_choice(st: StageProblem, recompute: frozenset[str], beta: float, host_
     full = FULL in recompute
     on = [full or n in recompute for n in st.ops]
     r = st.full_time if full else sum(t for t, x in zip(st.op_time, on) if x)
-    kept = st.base_bytes + sum(a for a, x in zip(st.op_bytes, on) if not x)
+    kept = st.full_kept if full else st.base_bytes + sum(a for a, x in zip(st.op_bytes, on) if not x)
     work = max((sum(a for a, x in zip(u, on) if x) for u in st.unit_op_bytes), default=0.0)
     peak = st.weight_bytes + st.resident * kept + work
     ok = peak <= st.memory_limit
@@ -195,25 +200,29 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
         r_exprs.append(r_expr)
         nvars.append(sum(x) + full * len(st.ops))
         # memory: resident kept bytes + working set <= G - W (bytes in quanta, rounded safe)
+        base_term = (1 - full) * math.ceil(st.resident * st.base_bytes / q) \
+            + full * math.ceil(st.resident * st.full_kept / q)
         if math.isfinite(st.memory_limit):
-            room = math.floor((st.memory_limit - st.weight_bytes - st.resident * st.base_bytes) / q)
+            room = math.floor((st.memory_limit - st.weight_bytes) / q)
             if room < 0:
                 return None
             work = model.NewIntVar(0, 2 ** 40, f"work{s}")
             for u in st.unit_op_bytes:
                 model.Add(work >= sum((xi + full) * math.ceil(a / q) for xi, a in zip(x, u)))
             model.Add(sum(kv * math.ceil(st.resident * a / q) for kv, a in zip(keep, st.op_bytes))
-                      + work <= room)
+                      + base_term + work <= room)
         stall = 0
         if st.swap_blocks > 0 and beta > 0:
             lam = st.swap_blocks
             # a block must hide under one steady forward + backward
             model.Add(sum(kv * math.ceil(beta * a / q) for kv, a in zip(keep, st.op_bytes))
-                      + math.ceil(beta * st.base_bytes / q)
+                      + (1 - full) * math.ceil(beta * st.base_bytes / q)
+                      + full * math.ceil(beta * st.full_kept / q)
                       <= math.floor((st.fwd + st.bwd) * bw / q)
                       + sum(xi * math.floor(t * bw / q) for xi, t in zip(x, st.op_time))
                       + full * math.floor(st.full_time * bw / q))
-            moved = (t_units(lam * beta * st.base_bytes / bw)
+            moved = ((1 - full) * t_units(lam * beta * st.base_bytes / bw)
+                     + full * t_units(lam * beta * st.full_kept / bw)
                      + sum(kv * t_units(lam * beta * a / bw) for kv, a in zip(keep, st.op_bytes)))
             e1 = model.NewIntVar(0, horizon, f"evict{s}")
             model.Add(e1 >= moved - t_units(lam * st.fwd) - (k - s) * (t_units(st.bwd) + r_expr))

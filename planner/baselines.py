@@ -1,0 +1,99 @@
+"""The paper's baselines (spec section 9), simulated with the same profile, the
+even partition and the same memory accounting as the plan:
+
+    dapple       1F1B, no recompute
+    dapple_plus  1F1B, full recompute on every stage (Recomp-All, "DAPPLE+")
+    recomp       Recomp-N: full recompute on stages 0..N, N from identification
+                 without CMB (the stages whose 1F1B memory exceeds the limit)
+    ohp_cmb      1F1B with the CMB set recomputed on every stage
+    strawman     the pipeline transformation alone (section 3): stages 0..N
+                 migrate forwards and fully recompute
+
+A baseline whose predicted peak exceeds the limit on some stage does not run
+(its plan entry is null). Also the floor of the planner's configuration space
+(`minimum_memory`): the least memory any configuration it may choose needs, with
+whole-unit recompute and the most swapping (used to name the smallest feasible
+limit when a limit is infeasible).
+"""
+from __future__ import annotations
+
+import math
+
+from planner.costs import Partition, kept_bytes
+from planner.identify import cmb_set, identify, stage_peak_1f1b
+from planner.profile import FULL
+from planner.search import (Config, Evaluation, Setting, base_order, chain_swap_blocks, evaluate,
+                            swap_options, warmups_of_rows)
+from planner.time_model import swap_hides
+
+BASELINES = ("dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman")
+_FULL = frozenset({FULL})
+
+
+def baseline_configs(setting: Setting, partition: Partition) -> dict[str, Config]:
+    p = len(partition)
+    none, zeros = (frozenset(),) * p, (0,) * p
+    n = identify(setting.profile, partition, setting.num_microbatches, setting.memory_limit, cmb=False,
+                 unit_kept=setting.unit_kept).last_adjusted
+    dapple = Config("1f1b", partition, (), none, zeros)
+    on_demand = tuple(_FULL if s <= n else frozenset() for s in range(p))
+    return {
+        "dapple": dapple,
+        "dapple_plus": Config("recomp", partition, tuple(range(p)), (_FULL,) * p, zeros),
+        "recomp": dapple if n < 0 else Config("recomp", partition, tuple(range(n + 1)), on_demand, zeros),
+        "ohp_cmb": Config("1f1b", partition, (), (cmb_set(setting.profile),) * p, zeros),
+        "strawman": dapple if n < 0 else Config("strawman", partition, tuple(range(n + 1)), on_demand, zeros),
+    }
+
+
+def evaluate_baselines(setting: Setting, partition: Partition) -> dict[str, Evaluation]:
+    return {name: evaluate(setting, cfg) for name, cfg in baseline_configs(setting, partition).items()}
+
+
+def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True
+                   ) -> tuple[float, Evaluation | None]:
+    """(least max-stage peak over the configurations the planner may choose, the
+    evaluation that reaches it). Adjusted stages 0..k recompute whole units and
+    swap at every grid point whose blocks hide (the IP's constraint); stages after
+    k keep 1F1B with nothing or CMB, whichever needs less."""
+    prof, m = setting.profile, setting.num_microbatches
+    p = len(partition)
+    free = Setting(prof, m, math.inf, setting.unit_kept)
+    cmb_ops = cmb_set(prof) if cmb else frozenset()
+    low = []
+    for s, units in enumerate(partition):
+        options = [frozenset()] + ([cmb_ops] if cmb_ops else [])
+        low.append(min(options, key=lambda r: stage_peak_1f1b(prof, units, s, p, m, r, setting.unit_kept)))
+    best, best_ev = math.inf, None
+
+    def consider(cfg: Config) -> None:
+        nonlocal best, best_ev
+        ev = evaluate(free, cfg)
+        need = max(ev.peaks)
+        if need < best:
+            best, best_ev = need, ev
+
+    consider(Config("1f1b", partition, (), tuple(low), (0,) * p))
+    for k in range(p):
+        sets = tuple(_FULL if s <= k else low[s] for s in range(p))
+        order = base_order(free, partition, k, sets)
+        warm = warmups_of_rows(order)
+        for lam_k, beta in swap_options(k, p, warm, swap):
+            lam = chain_swap_blocks(k, lam_k, warm)
+            if not all(_hides(setting, partition[s], beta, lam[s]) for s in range(k + 1)):
+                continue
+            consider(Config("obscura", partition, tuple(range(k + 1)), sets, lam,
+                            beta if any(lam) else 0.0, order))
+    if best_ev is not None:
+        best_ev = evaluate(setting, best_ev.config)  # judged against the real limit
+    return best, best_ev
+
+
+def _hides(setting: Setting, units: tuple[int, int], beta: float, lam: int) -> bool:
+    if lam == 0 or beta == 0:
+        return True
+    prof = setting.profile
+    kinds = prof.kinds[units[0]:units[1]]
+    f = sum(prof.unit(k).fwd_time for k in kinds)
+    b = sum(prof.unit(k).bwd_time for k in kinds)
+    return swap_hides(kept_bytes(prof, units, _FULL, setting.unit_kept), beta, prof.host_bandwidth, f, b, f)
