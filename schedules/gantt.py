@@ -102,3 +102,39 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
 def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True) -> list[Path]:
     """One timeline as a Gantt chart: PNG at `path_png` (and an SVG beside it)."""
     return draw_gantts([timeline], path_png, [title], svg=svg)
+
+
+def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: bool = True,
+                unit: float = 1.0, unit_name: str = "bytes") -> list[Path]:
+    """Resident activation memory over time, one step line per stage (e.g. to show
+    what swapping saves). `unit` divides the byte figures (1e9 for GB)."""
+    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(figsize=(9, 3.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for s, points in enumerate(timeline.memory):
+        if not points:
+            continue
+        ts = [t for t, _ in points] + [timeline.makespan]
+        bs = [b / unit for _, b in points] + [points[-1][1] / unit]
+        ax.step(ts, bs, where="post", lw=1.2, label=f"stage {s} (peak {timeline.stages[s].peak_activation_bytes / unit:.3g})")
+    ax.set_xlim(0, timeline.makespan or 1.0)
+    ax.set_xlabel("time", fontsize=8)
+    ax.set_ylabel(f"resident activations ({unit_name})", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, frameon=False, ncol=2)
+    name = title if title is not None else timeline.name
+    ax.set_title(f"{name}  (makespan {timeline.makespan:.4g})", fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    path_png = Path(path_png)
+    path_png.parent.mkdir(parents=True, exist_ok=True)
+    written = [path_png]
+    fig.savefig(path_png, dpi=150)
+    if svg:
+        written.append(path_png.with_suffix(".svg"))
+        fig.savefig(written[-1])
+    return written
