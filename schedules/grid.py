@@ -6,6 +6,7 @@ Recomp-All (DAPPLE+) under f=1, b=2 and recompute r, with the invariants
 
     python -m schedules.grid                 # print the markdown table, exit 1 if an invariant fails
     python -m schedules.grid --random 300    # also: paper's closed-form caps vs the cap search
+    python -m schedules.grid --timing        # also: generate/simulate times at p=8, m=64
 
 Pure Python; the figures are simulated time units, not measurements.
 """
@@ -118,9 +119,28 @@ def closed_rule_vs_search(n: int, seed: int = 0) -> dict[str, int]:
             "search_slower_than_strawman": worse_search}
 
 
+def timing(repeat: int = 5) -> dict[str, float]:
+    """Milliseconds (best of `repeat`) to generate and to simulate p=8, m=64, K=4."""
+    costs = StageCosts.uniform(8, 1.0, 2.0, 1.0)
+    out = {}
+    for name in ("1f1b", "strawman", "obscura"):
+        best_gen = best_sim = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            sched = generate(name, 8, 64, adjusted=None if name == "1f1b" else 4, costs=costs)
+            t1 = time.perf_counter()
+            simulate(sched, costs)
+            t2 = time.perf_counter()
+            best_gen, best_sim = min(best_gen, t1 - t0), min(best_sim, t2 - t1)
+        out[f"generate {name} ms"] = round(1e3 * best_gen, 1)
+        out[f"simulate {name} ms"] = round(1e3 * best_sim, 1)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m schedules.grid", description=__doc__.splitlines()[0])
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also compare cap rules on N random cases")
+    ap.add_argument("--timing", action="store_true", help="also time generate/simulate at p=8, m=64 (1024 ops)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = run_grid()
@@ -132,6 +152,8 @@ def main(argv=None) -> int:
         print(f"VIOLATION p={g.p} m={g.m} K={g.k} r={g.r:g}: {v}")
     if args.random:
         print(closed_rule_vs_search(args.random))
+    if args.timing:
+        print(timing())
     return 1 if bad else 0
 
 

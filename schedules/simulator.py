@@ -30,15 +30,21 @@ from schedules.timeline import OpRecord, Timeline
 from schedules.validator import validate
 
 
-def op_times(schedule: Schedule, costs: StageCosts) -> dict[Action, tuple[float, float, float]]:
-    """(start, end, recompute part) of every action."""
-    validate(schedule)
+def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
+             ) -> dict[Action, tuple[float, float, float]]:
+    """(start, end, recompute part) of every action. `check=False` skips validation
+    for callers that just generated the schedule (a search loop, say)."""
+    if check:
+        validate(schedule)
     p = schedule.num_stages
     if costs.num_stages != p:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, schedule {schedule.name!r} has {p}")
-    has_w = {(a.stage, a.microbatch) for s in range(p) for a in schedule.actions(s) if a.kind == Kind.W}
-    times: dict[Action, tuple[float, float, float]] = {}
     rows = [schedule.actions(s) for s in range(p)]
+    has_w = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.W}
+    has_si = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.SI}
+    lag = [costs.p2p_time(s) for s in range(p)]
+    end: dict[tuple[int, str, int], float] = {}    # (stage, kind value, micro-batch) -> end time
+    times: dict[Action, tuple[float, float, float]] = {}
     ptr = [0] * p
     compute_end = [0.0] * p     # end of the last compute op issued on the stage
     out_free = [0.0] * p
@@ -49,32 +55,54 @@ def op_times(schedule: Schedule, costs: StageCosts) -> dict[Action, tuple[float,
         progressed = False
         for s in range(p):
             spec = schedule.stages[s]
-            while ptr[s] < len(rows[s]):
-                a = rows[s][ptr[s]]
-                ready = _ready_time(a, times, p, costs)
+            row = rows[s]
+            swap_dur = costs.swap_time(s, spec.swap_fraction, spec.adjusted)
+            while ptr[s] < len(row):
+                a = row[ptr[s]]
+                k, x = a.kind.value, a.microbatch
+                # data dependencies (see the module docstring)
+                if k == "F":
+                    dep = end.get((s - 1, "F", x)) if s > 0 else 0.0
+                    ready = None if dep is None else dep + (lag[s - 1] if s > 0 else 0.0)
+                elif k == "B":
+                    ready = end.get((s, "F", x))
+                    if ready is not None and s < p - 1:
+                        dep = end.get((s + 1, "B", x))
+                        ready = None if dep is None else max(ready, dep + lag[s])
+                    if ready is not None and (s, x) in has_si:
+                        ready = max(ready, end[(s, "SI", x)])
+                elif k == "W":
+                    ready = end.get((s, "B", x))
+                elif k == "SO":
+                    ready = end.get((s, "F", x))
+                else:
+                    ready = end.get((s, "SO", x))
                 if ready is None:
                     break
-                x = a.microbatch
                 rec = 0.0
-                if a.kind in (Kind.F, Kind.B, Kind.W):
+                if k == "F":
                     start = max(ready, compute_end[s])
-                    if a.kind == Kind.F:
-                        dur = costs.fwd[s]
-                    elif a.kind == Kind.B:
-                        rec = costs.recompute[s] if spec.adjusted else 0.0
-                        share = costs.weight_grad_fraction if (s, x) in has_w else 0.0
-                        dur = costs.bwd[s] * (1.0 - share) + rec
-                    else:
-                        dur = costs.bwd[s] * costs.weight_grad_fraction
+                    dur = costs.fwd[s]
                     compute_end[s] = start + dur
+                elif k == "B":
+                    start = max(ready, compute_end[s])
+                    rec = costs.recompute[s] if spec.adjusted else 0.0
+                    share = costs.weight_grad_fraction if (s, x) in has_w else 0.0
+                    dur = costs.bwd[s] * (1.0 - share) + rec
+                    compute_end[s] = start + dur
+                elif k == "W":
+                    start = max(ready, compute_end[s])
+                    dur = costs.bwd[s] * costs.weight_grad_fraction
+                    compute_end[s] = start + dur
+                elif k == "SO":
+                    dur = swap_dur
+                    start = max(ready, out_free[s], compute_end[s])
+                    out_free[s] = last_so_end[s] = start + dur
                 else:
-                    dur = costs.swap_time(s, spec.swap_fraction, spec.adjusted)
-                    if a.kind == Kind.SO:
-                        start = max(ready, out_free[s], compute_end[s])
-                        out_free[s] = last_so_end[s] = start + dur
-                    else:
-                        start = max(ready, in_free[s], compute_end[s], last_so_end[s])
-                        in_free[s] = start + dur
+                    dur = swap_dur
+                    start = max(ready, in_free[s], compute_end[s], last_so_end[s])
+                    in_free[s] = start + dur
+                end[(s, k, x)] = start + dur
                 times[a] = (start, start + dur, rec)
                 ptr[s] += 1
                 remaining -= 1
@@ -84,32 +112,9 @@ def op_times(schedule: Schedule, costs: StageCosts) -> dict[Action, tuple[float,
     return times
 
 
-def _ready_time(a: Action, times, p: int, costs: StageCosts) -> float | None:
-    """When a's data dependencies are satisfied; None if one has not been simulated yet."""
-    s, x = a.stage, a.microbatch
-    deps: list[tuple[Action, float]] = []
-    if a.kind == Kind.F:
-        if s > 0:
-            deps.append((Action(s - 1, Kind.F, x), costs.p2p_time(s - 1)))
-    elif a.kind == Kind.B:
-        deps.append((Action(s, Kind.F, x), 0.0))
-        if s < p - 1:
-            deps.append((Action(s + 1, Kind.B, x), costs.p2p_time(s)))
-        si = Action(s, Kind.SI, x)
-        if si in times:
-            deps.append((si, 0.0))
-    elif a.kind == Kind.W:
-        deps.append((Action(s, Kind.B, x), 0.0))
-    elif a.kind == Kind.SO:
-        deps.append((Action(s, Kind.F, x), 0.0))
-    else:
-        deps.append((Action(s, Kind.SO, x), 0.0))
-    t = 0.0
-    for d, lag in deps:
-        if d not in times:
-            return None
-        t = max(t, times[d][1] + lag)
-    return t
+def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:
+    """Just the iteration time (no Timeline statistics): for search loops."""
+    return max((e for _, e, _ in op_times(schedule, costs, check).values()), default=0.0)
 
 
 def simulate(schedule: Schedule, costs: StageCosts) -> Timeline:
