@@ -12,6 +12,11 @@ def test_invariant_grid_holds_everywhere():
     assert [(g.p, g.m, g.k, g.r, v) for g in rows for v in g.violations()] == []
     for g in rows:
         assert g.plain <= g.obscura and g.recomp <= g.recomp_all   # the ceiling and the baseline
+        # lower bound: stage s starts at s*f, works m*(f+b_s), then its last gradient
+        # crosses stages s-1..0; with uniform costs both orders reach it
+        b = [2 + (g.r if s <= g.k else 0.0) for s in range(g.p)]
+        bound = max(s + g.m * (1 + b[s]) + sum(b[:s]) for s in range(g.p))
+        assert g.strawman == pytest.approx(bound) and g.obscura == pytest.approx(bound)
     table = markdown(rows)
     assert table.count("\n") == 57 and "| NO |" not in table
 
