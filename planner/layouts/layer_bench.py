@@ -4,7 +4,8 @@ device, for the layout sweep (format of measured.py).
 
 Per (model shape, seq, attention, micro-batch) the forward is compiled and timed
 once (it does not depend on the policy); per policy the forward+backward program
-(jax.vjp, pullback applied to a cotangent) is compiled ahead of time, its XLA temp
+(jax.vjp, pullback applied to a cotangent; it returns the layer output as well, so
+no forward work is dead code) is compiled ahead of time, its XLA temp
 size read from `memory_analysis()`, and timed. bwd_time = fwd+bwd - fwd. Residual
 bytes per micro-batch come from models.info.unit_residual_bytes (the leaves jax.vjp
 keeps, traced abstractly). Failures that say RESOURCE_EXHAUSTED / out of memory are
@@ -139,8 +140,11 @@ class LayerBench:
         stage = models.build_stage(cfg, (1, 3), task.policy)
 
         def fwd_bwd(p, x, dy):
-            _, pullback = jax.vjp(stage.apply, p, x)
-            return pullback(dy)
+            # Return y too, as a pipeline stage does: otherwise XLA drops the forward
+            # work whose only consumer is the output (the last GEMM; under `full` or
+            # `mlp` the whole MLP forward), and the recompute would look free.
+            y, pullback = jax.vjp(stage.apply, p, x)
+            return y, pullback(dy)
 
         fwd = self._forward_time(task, cfg, params, x)
         compiled = jax.jit(fwd_bwd).lower(params, x, dy).compile()
