@@ -18,7 +18,7 @@ the rest default as in the dataclass, and an infinite bandwidth is written as nu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from schedules.errors import ScheduleError
 

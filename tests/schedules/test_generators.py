@@ -1,10 +1,9 @@
 import pytest
 
 from schedules import SCHEDULES, Kind, ScheduleError, StageCosts, generate, issue_order, simulate
-from schedules.generators.common import resolve_adjusted, warmup_count
+from schedules.generators.common import one_f_one_b_row, resolve_adjusted, warmup_count
 from schedules.generators.obscura import migration_caps
 from schedules.generators.swap import add_swaps
-from schedules.generators.common import one_f_one_b_row
 
 
 def test_registry_names_and_docstring_pictures():

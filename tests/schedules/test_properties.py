@@ -15,7 +15,7 @@ from schedules import (SCHEDULES, Kind, ScheduleError, StageCosts, generate, io,
 from schedules.generators.common import resolve_adjusted, warmup_count
 from tests.schedules.helpers import corrupt, longest_path_times
 
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
