@@ -90,8 +90,8 @@ def fig05(out_dir) -> tuple[str, list[Path]]:
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r.overhead_pct for r in rows], 0.4, label="simulated (f=1, b=2, r=1)",
            color="#4C72B0")
-    ax.bar([x + 0.2 for x in xs], [r.paper_pct or 0.0 for r in rows], 0.4, label="paper (measured)",
-           color="#DD8452")
+    paper = [(x, r.paper_pct) for x, r in zip(xs, rows) if r.paper_pct is not None]
+    ax.bar([x + 0.2 for x, _ in paper], [v for _, v in paper], 0.4, label="paper (measured)", color="#DD8452")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([r.config for r in rows], fontsize=7)
     ax.set_ylabel("time overhead vs no recompute (%)", fontsize=8)
