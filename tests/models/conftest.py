@@ -1,6 +1,6 @@
 """Shared tiny-model fixtures: perturbed params and a small byte-level batch."""
-import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import models
@@ -15,6 +15,7 @@ def tiny(request):
     layers are identical, and compile time is what these tests spend."""
     cfg = models.get_config(request.param, num_layers=2)
     params = perturbed_params(models.init_params(cfg, seed=0))
-    tokens = jax.random.randint(jax.random.key(1), (BATCH, SEQ), 0, cfg.vocab_size, jnp.int32)
-    targets = jax.random.randint(jax.random.key(2), (BATCH, SEQ), 0, cfg.vocab_size, jnp.int32)
+    rng = np.random.default_rng(1)
+    tokens, targets = (jnp.asarray(rng.integers(0, cfg.vocab_size, (BATCH, SEQ)), jnp.int32)
+                       for _ in range(2))
     return cfg, params, tokens, targets

@@ -9,7 +9,7 @@ from tests.models.plain_reference import plain_logits, plain_loss
 def test_logits_match_plain_reference(tiny):
     cfg, params, tokens, _ = tiny
     got = jax.jit(lambda p, t: models.model_logits(cfg, p, t))(params, tokens)
-    want = plain_logits(cfg, params, tokens)
+    want = jax.jit(lambda p, t: plain_logits(cfg, p, t))(params, tokens)
     assert got.shape == (*tokens.shape, cfg.vocab_size)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert float(np.std(np.asarray(want))) > 0.1  # not a degenerate all-equal output
@@ -18,7 +18,7 @@ def test_logits_match_plain_reference(tiny):
 def test_loss_matches_plain_reference(tiny):
     cfg, params, tokens, targets = tiny
     got = jax.jit(lambda p: models.model_loss(cfg, p, tokens, targets))(params)
-    want = plain_loss(cfg, params, tokens, targets)
+    want = jax.jit(lambda p: plain_loss(cfg, p, tokens, targets))(params)
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
