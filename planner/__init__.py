@@ -1,1 +1,36 @@
-"""Obscura planner: profiles, memory/time model, recompute IP, partition adjustment."""
+"""Obscura planner: profiles, memory/time model, recompute IP, partition adjustment.
+
+    from planner import load_profile, make_plan, load_plan, plan_to_schedule
+    plan = make_plan(load_profile("profile.json"), 8, 32, "80GiB")
+    schedule = plan_to_schedule(plan)     # what `obscura train --plan` runs
+
+Modules: profile (format), analytic (shape-derived profiles), profiler (measured
+ones), costs (profile -> StageCosts), memory_model / time_model (the paper's
+Eq. 1-3, 5-6), identify (adjusted stages, CMB-Identifying), recompute_ip (Eq. 4
+with CP-SAT), search (swap grid judged by the simulator), partition
+(Algorithm 1), baselines, plan (Plan, obscura-plan/1, make_plan).
+Names below load on first use, so `import planner` stays light.
+"""
+from __future__ import annotations
+
+_EXPORTS = {
+    "Profile": "planner.profile", "UnitProfile": "planner.profile", "OpProfile": "planner.profile",
+    "load_profile": "planner.profile", "save_profile": "planner.profile",
+    "profile_from_json": "planner.profile", "derive_profile": "planner.profile",
+    "analytic_profile": "planner.analytic", "profile_model": "planner.profiler",
+    "stage_costs": "planner.costs",
+    "Plan": "planner.plan", "StagePlan": "planner.plan", "make_plan": "planner.plan",
+    "plan_search": "planner.plan", "load_plan": "planner.plan", "save_plan": "planner.plan",
+    "plan_from_json": "planner.plan", "plan_to_schedule": "planner.plan",
+    "parse_memory_limit": "planner.identify",
+    "ProfileError": "planner.errors", "PlanError": "planner.errors", "InfeasibleError": "planner.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")

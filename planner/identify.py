@@ -53,8 +53,13 @@ def format_bytes(n: float) -> str:
 def stage_peak_1f1b(profile: Profile, units: tuple[int, int], stage: int, num_stages: int,
                     num_microbatches: int, recompute: frozenset[str],
                     unit_kept: UnitKept | None = None) -> float:
-    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R."""
-    return (weight_bytes(profile, units)
+    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + one
+    received activation and one received gradient waiting in the stage's inbox."""
+    a, b = units
+    kinds = profile.kinds
+    inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 else 0.0)
+             + (profile.unit(kinds[b]).input_bytes if b < profile.num_units else 0.0))
+    return (weight_bytes(profile, units) + inbox
             + warmup_1f1b(num_stages, num_microbatches, stage)
             * kept_bytes(profile, units, recompute, unit_kept)
             + working_bytes(profile, units, recompute))

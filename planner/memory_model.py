@@ -129,3 +129,35 @@ def peaks_obscura(costs: StageCosts, m: int, k: int, lambdas: Sequence[int] = ()
         blocks = eq1_resident_blocks(mu, min(lam[s], mu), beta) if s <= k else mu
         out.append(costs.weight_bytes[s] + blocks * costs.kept_bytes(s, s in adj))
     return tuple(out)
+
+
+def inbox_peaks(timeline, costs: StageCosts) -> tuple[float, ...]:
+    """Per stage, the peak of activation memory (the simulator's step function)
+    plus what waits in the stage's inbox, counted as the engine's ledger counts it:
+    the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x), and
+    the gradient of B(s, x) from the start of B(s+1, x) to the start of B(s, x)
+    (boundary_bytes each). At equal times frees come first."""
+    p = costs.num_stages
+    start = {(o.stage, o.kind, o.microbatch): o.start for o in timeline.ops}
+    mbs = sorted({o.microbatch for o in timeline.ops})
+    out = []
+    for s in range(p):
+        events = []
+        prev = 0.0
+        for t, total in (timeline.memory[s] if timeline.memory else ()):
+            events.append((t, 0 if total < prev else 1, total - prev))
+            prev = total
+        for x in mbs:
+            if s > 0 and (s - 1, Kind.F, x) in start and (s, Kind.F, x) in start:
+                events.append((start[(s - 1, Kind.F, x)], 1, costs.boundary_bytes[s - 1]))
+                events.append((start[(s, Kind.F, x)], 0, -costs.boundary_bytes[s - 1]))
+            if s < p - 1 and (s + 1, Kind.B, x) in start and (s, Kind.B, x) in start:
+                events.append((start[(s + 1, Kind.B, x)], 1, costs.boundary_bytes[s]))
+                events.append((start[(s, Kind.B, x)], 0, -costs.boundary_bytes[s]))
+        events.sort(key=lambda e: (e[0], e[1]))
+        level = peak = 0.0
+        for _, _, delta in events:
+            level += delta
+            peak = max(peak, level)
+        out.append(peak)
+    return tuple(out)

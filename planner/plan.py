@@ -9,7 +9,9 @@ Planning (spec section 8), all on one profile:
    time (planner.search); if nothing fits at k, stages k+1.. are adjusted too;
 4. partition adjustment (Algorithm 1, planner.partition), kept when it simulates
    faster;
-5. the baselines, simulated the same way (planner.baselines).
+5. the baselines, simulated the same way (planner.baselines); if one that fits
+   simulates faster than the searched configuration, the plan is that baseline
+   (PlanResult.source says which; with realistic profiles the search wins).
 If no configuration fits, InfeasibleError names the smallest limit that would.
 """
 from __future__ import annotations
@@ -227,6 +229,8 @@ class PlanResult:
     even: Evaluation               # best configuration on the even partition
     adjustment: AdjustResult | None
     seconds: float
+    searched: Evaluation | None = None   # the search's best (== best unless a baseline won)
+    source: str = "search"               # "search", or the baseline that simulated faster
 
 
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
@@ -244,8 +248,10 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
-                exact_residuals: bool = True) -> PlanResult:
-    """Everything `make_plan` does, with the intermediate results kept."""
+                exact_residuals: bool = True, reserve=0) -> PlanResult:
+    """Everything `make_plan` does, with the intermediate results kept. `reserve`
+    (bytes or a size string) is held back from the limit for what the model does
+    not count (XLA scratch buffers, allocator fragmentation)."""
     import models
 
     start = time.perf_counter()
@@ -256,18 +262,23 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     if num_stages > profile.num_units:
         raise PlanError(f"{num_stages} stages need at least as many units; {profile.model} has {profile.num_units}")
     p, m = num_stages, num_microbatches
+    held = parse_memory_limit(reserve) if reserve not in (0, None, "0") else 0
+    if held >= limit:
+        raise PlanError(f"reserve {format_bytes(held)} leaves nothing of the {format_bytes(limit)} limit")
+    usable = limit - held
     even = check_partition(models.even_partition(profile.num_units, p), profile.num_units)
-    setting = Setting(profile, m, limit, exact_unit_kept(profile) if exact_residuals else None)
+    setting = Setting(profile, m, usable, exact_unit_kept(profile) if exact_residuals else None)
 
     weights = [weight_bytes(profile, units) for units in even]
-    if max(weights) > limit:
+    if max(weights) > usable:
         s = max(range(p), key=lambda i: weights[i])
         need, _ = minimum_memory(setting, even, cmb, swap)
         raise InfeasibleError(
             f"memory limit {format_bytes(limit)} ({limit} bytes) is below stage {s}'s weights "
-            f"{format_bytes(weights[s])}; the smallest feasible limit is {_limit_text(need)}", _round_up(need))
+            f"{format_bytes(weights[s])}; the smallest feasible limit is {_limit_text(need + held)}",
+            _round_up(need + held))
 
-    ident = identify(profile, even, m, limit, cmb, setting.unit_kept)
+    ident = identify(profile, even, m, usable, cmb, setting.unit_kept)
     k, best = ident.last_adjusted, None
     if k < 0:
         best = evaluate(setting, Config("1f1b", even, (), ident.recompute, (0,) * p))
@@ -283,7 +294,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             what = "whole-unit recompute" + (" and the most swapping" if swap else "")
             raise InfeasibleError(
                 f"memory limit {format_bytes(limit)} ({limit} bytes) is below what {what} needs; "
-                f"the smallest feasible limit is {_limit_text(need)}", _round_up(need))
+                f"the smallest feasible limit is {_limit_text(need + held)}", _round_up(need + held))
         best = floor  # the search's grid missed it; the memory floor itself fits
         k = max(best.config.adjusted, default=-1)
     even_best = best
@@ -297,19 +308,25 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             if cand is not None and rank(cand) < rank(best):
                 best = cand
     baselines = evaluate_baselines(setting, even)
+    searched, source = best, "search"
+    for name in BASELINES:  # never hand out a plan slower than a baseline that fits
+        ev = baselines[name]
+        if ev.fits and rank(ev) < rank(best):
+            best, source = ev, name
     plan = _to_plan(best, m, limit, baselines, profile.op_names)
     return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, searched, source)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,
-              swap: bool = True, partition: bool = True, ip: bool = True) -> Plan:
+              swap: bool = True, partition: bool = True, ip: bool = True, reserve=0) -> Plan:
     """A plan for `profile` on `num_stages` stages and `num_microbatches`
     micro-batches under `memory_limit` (bytes or e.g. "80GiB"). `cmb`: CMB-Identifying;
     `swap`: swapping-aware recompute's swap grid; `partition`: Algorithm 1; `ip`:
-    per-op recompute choice (off: whole-unit recompute on adjusted stages)."""
+    per-op recompute choice (off: whole-unit recompute on adjusted stages);
+    `reserve`: bytes of the limit kept free for what the model does not count."""
     return plan_search(profile, num_stages, num_microbatches, memory_limit, cmb=cmb, swap=swap,
-                       partition=partition, ip=ip).plan
+                       partition=partition, ip=ip, reserve=reserve).plan
 
 
 def _round_up(need: float) -> int:

@@ -10,8 +10,9 @@ costs the same.
 Under a recompute set R (op names, or the preset "full") a unit keeps
     input_bytes + sum(act_bytes of its ops not in R)     ("full": input_bytes)
 per micro-batch and redoes
-    sum(fwd_time of its ops in R)                         ("full": fwd_time)
-inside its backward (design.md, "Profile JSON").
+    min(sum(fwd_time of its ops in R), fwd_time)          ("full": fwd_time)
+inside its backward (design.md, "Profile JSON"; the cap at fwd_time is ours:
+recomputing part of a unit never costs more than all of it).
 """
 from __future__ import annotations
 
@@ -95,10 +96,13 @@ class UnitProfile:
         return self.input_bytes + sum(o.act_bytes for n, o in self.ops if n not in r)
 
     def recompute_time(self, recompute: Iterable[str] = ()) -> float:
+        """sum(fwd_time of ops in R), at most the whole unit's fwd_time: recomputing
+        part of a unit never costs more than recomputing all of it (this also keeps
+        noisy per-op timings from pricing a few ops above the whole forward)."""
         r = frozenset(recompute)
         if FULL in r:
             return self.fwd_time
-        return sum(o.fwd_time for n, o in self.ops if n in r)
+        return min(sum(o.fwd_time for n, o in self.ops if n in r), self.fwd_time)
 
     def recomputed_bytes(self, recompute: Iterable[str] = ()) -> float:
         """Bytes rematerialised at once when this unit's backward recomputes R: the

@@ -43,7 +43,10 @@ BYTE_QUANTA = 2 ** 31
 class StageProblem:
     """One adjusted stage of Eq. 4. Op quantities are summed over the stage's units;
     `unit_op_bytes` gives, per distinct unit kind of the stage, the bytes of each op
-    (same order as `ops`) in ONE unit: the working set while that unit recomputes."""
+    (same order as `ops`) in ONE unit: the working set while that unit recomputes.
+    With `unit_caps` = ((count, unit fwd_time, per-op times in one unit), ...) per
+    kind, a kind's recompute time is capped at its units' whole forward
+    (planner.profile.UnitProfile.recompute_time); without, r = sum of op_time."""
     ops: tuple[str, ...]
     op_time: tuple[float, ...]
     op_bytes: tuple[float, ...]
@@ -57,6 +60,7 @@ class StageProblem:
     swap_blocks: int = 0   # lambda_s
     memory_limit: float = math.inf
     full_bytes: float | None = None  # kept under "full" (default: base_bytes)
+    unit_caps: tuple[tuple[int, float, tuple[float, ...]], ...] = ()
 
     @property
     def full_kept(self) -> float:
@@ -64,8 +68,14 @@ class StageProblem:
 
     def __post_init__(self) -> None:
         n = len(self.ops)
-        if len(self.op_time) != n or len(self.op_bytes) != n or any(len(u) != n for u in self.unit_op_bytes):
+        if len(self.op_time) != n or len(self.op_bytes) != n or any(len(u) != n for u in self.unit_op_bytes) \
+                or any(len(c[2]) != n for c in self.unit_caps):
             raise ValueError("StageProblem: per-op tuples must all have one entry per op")
+
+    def recompute_time(self, on: Sequence[bool]) -> float:
+        if not self.unit_caps:
+            return sum(t for t, x in zip(self.op_time, on) if x)
+        return sum(n * min(sum(t for t, x in zip(ts, on) if x), f) for n, f, ts in self.unit_caps)
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,7 @@ def stage_choice(st: StageProblem, recompute: frozenset[str], beta: float, host_
     """Float quantities of one stage under R, and whether R satisfies its constraints."""
     full = FULL in recompute
     on = [full or n in recompute for n in st.ops]
-    r = st.full_time if full else sum(t for t, x in zip(st.op_time, on) if x)
+    r = st.full_time if full else st.recompute_time(on)
     kept = st.full_kept if full else st.base_bytes + sum(a for a, x in zip(st.op_bytes, on) if not x)
     work = max((sum(a for a, x in zip(u, on) if x) for u in st.unit_op_bytes), default=0.0)
     peak = st.weight_bytes + st.resident * kept + work
@@ -196,7 +206,15 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
         xs.append(x)
         fulls.append(full)
         keep = [1 - xi - full for xi in x]  # 1 when the op's output is kept
-        r_expr = sum(xi * t_units(t) for xi, t in zip(x, st.op_time)) + full * t_units(st.full_time)
+        if st.unit_caps:  # per kind: min(its ops' recompute, its units' whole forward)
+            r_expr = full * t_units(st.full_time)
+            for i, (count, fwd, ts) in enumerate(st.unit_caps):
+                cap = t_units(fwd)
+                r_kind = model.NewIntVar(0, cap, f"r{s}_{i}")
+                model.AddMinEquality(r_kind, [sum(xi * t_units(t) for xi, t in zip(x, ts)), cap])
+                r_expr = r_expr + count * r_kind
+        else:
+            r_expr = sum(xi * t_units(t) for xi, t in zip(x, st.op_time)) + full * t_units(st.full_time)
         r_exprs.append(r_expr)
         nvars.append(sum(x) + full * len(st.ops))
         # memory: resident kept bytes + working set <= G - W (bytes in quanta, rounded safe)
@@ -219,8 +237,7 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
                       + (1 - full) * math.ceil(beta * st.base_bytes / q)
                       + full * math.ceil(beta * st.full_kept / q)
                       <= math.floor((st.fwd + st.bwd) * bw / q)
-                      + sum(xi * math.floor(t * bw / q) for xi, t in zip(x, st.op_time))
-                      + full * math.floor(st.full_time * bw / q))
+                      + r_expr * math.floor(tau * bw / q))
             moved = ((1 - full) * t_units(lam * beta * st.base_bytes / bw)
                      + full * t_units(lam * beta * st.full_kept / bw)
                      + sum(kv * t_units(lam * beta * a / bw) for kv, a in zip(keep, st.op_bytes)))

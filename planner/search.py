@@ -3,8 +3,13 @@
 A `Config` is everything a plan fixes: generator, partition, transformed stages,
 per-stage recompute sets, per-stage swap blocks and beta. `evaluate` builds its
 schedule, its StageCosts (planner.costs) and simulates it; the simulator is the
-judge of time and of activation memory (planner.memory_model's count is taken
-too, and the larger wins, so a prediction is never the optimistic one).
+judge of time and of activation memory. A stage's predicted peak is
+W_s + A_s + the rematerialisation working set, where A_s is the largest of the
+simulated activation peak, the count over the action order
+(planner.memory_model.activation_peaks) and the simulated peak with the inbox
+(activations and gradients received but not yet consumed, as the engine counts
+them), so a prediction is never the optimistic one. XLA's own scratch buffers
+are not modelled (keep headroom with `reserve`).
 
 Swap grid (spec section 5, Eq. 4): lambda_k, the blocks the last adjusted stage
 evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from planner.costs import Partition, stage_costs, stage_views, working_bytes
-from planner.memory_model import activation_peaks, resident_blocks
+from planner.memory_model import activation_peaks, inbox_peaks, resident_blocks
 from planner.profile import FULL, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, evaluate as ip_evaluate, solve
 from planner.residuals import UnitKept, marginal_op_bytes
@@ -153,7 +158,8 @@ def evaluate(setting: Setting, config: Config, solution: RecomputeSolution | Non
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
     tl = simulate(sched, costs)
     counted = activation_peaks(sched, costs)
-    act = tuple(max(st.peak_activation_bytes, c) for st, c in zip(tl.stages, counted))
+    waiting = inbox_peaks(tl, costs)
+    act = tuple(max(st.peak_activation_bytes, c, w) for st, c, w in zip(tl.stages, counted, waiting))
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
     return Evaluation(config, sched, costs, tl, act, work, peaks, setting.memory_limit, solution)
@@ -193,11 +199,18 @@ def stage_problem(setting: Setting, partition: Partition, s: int, resident: floa
         counts = {kind: v.kinds.count(kind) for kind in kinds}
         base = sum(counts[kd] * marginal[kd][0] for kd in kinds)
         op_bytes = tuple(sum(counts[kd] * marginal[kd][1].get(n, 0.0) for kd in kinds) for n in v.op_names)
+    caps = tuple((v.kinds.count(kind), prof.unit(kind).fwd_time,
+                  tuple(_op_time(prof, kind, n) for n in v.op_names)) for kind in kinds)
     return StageProblem(
         ops=v.op_names, op_time=tuple(t for _, t in v.op_time), op_bytes=op_bytes,
         unit_op_bytes=per_kind, base_bytes=base, full_time=v.fwd, fwd=v.fwd, bwd=v.bwd,
         weight_bytes=v.weight_bytes, resident=resident, swap_blocks=lam,
-        memory_limit=setting.memory_limit - slack, full_bytes=v.input_bytes)
+        memory_limit=setting.memory_limit - slack, full_bytes=v.input_bytes, unit_caps=caps)
+
+
+def _op_time(profile: Profile, kind: str, name: str) -> float:
+    unit = profile.unit(kind)
+    return unit.op(name).fwd_time if name in unit.op_names else 0.0
 
 
 def _op_bytes(profile: Profile, kind: str, name: str) -> float:

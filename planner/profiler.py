@@ -1,0 +1,245 @@
+"""Measure a profile (obscura-profile/1) on the current JAX device.
+
+Per unit kind (embed, attn, mlp, head) the profiler builds the engine's own stage
+program (obscura_jax.engine.build_program: the same jitted forward/backward
+split, the same residuals) for a single unit and measures:
+
+- fwd_time, bwd_time: forward and backward with every named op saved (policy
+  `none`), median of `reps` timed runs after a warm-up run, each blocking
+  (obscura_jax.measure.time_stage);
+- weight_bytes: params + grads (same shapes) + the optax adamw state;
+- input_bytes: the residual bytes when everything is recomputed (`full`): the
+  unit's input (and the head's targets);
+- per op, by telescoping in forward order: op i's act_bytes is how much the
+  residual grows when it is saved in addition to ops 0..i-1 (the rest
+  recomputed), and its fwd_time is how much the unit's forward+backward shrinks
+  then (the recompute that saving it avoids). Residuals are the leaves `jax.vjp`
+  keeps in the real unit code (traced, models.info; the engine's program is
+  checked to agree); times are real runs of compiled forward+backward programs,
+  one per recompute set, run round-robin (3 x reps rounds) and taking each one's
+  fastest run, since only their differences are used. Sets with equal residuals
+  run the same backward, so only sets that change the residuals are compiled and
+  an op that changes nothing is credited 0 (its time goes to the next op that
+  does). The sums telescope: input_bytes + sum(act_bytes) is the residual with
+  nothing recomputed, sum(fwd_time) the measured overhead of recomputing every
+  offered op. A difference below zero (noise, or saving an op that makes an
+  earlier one unneeded) is recorded as 0.
+
+`ops` restricts the offered recompute choices: other ops are always saved, and
+their bytes count as the unit's input_bytes (kept whatever is recomputed).
+Bandwidths: host <-> device and device <-> device are timed with jax.device_put
+when the platform has a pinned-host memory / a second device; otherwise the
+defaults below are written and `notes` says so.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from planner.profile import OpProfile, Profile, UnitProfile
+
+DEFAULT_HOST_BANDWIDTH = 5.3e10   # H200 pinned host copies (device-notes.md)
+DEFAULT_P2P_BANDWIDTH = 2.0e11
+DEFAULT_P2P_LATENCY = 1e-5
+
+
+@dataclass
+class ProfileRun:
+    profile: Profile
+    notes: list[str] = field(default_factory=list)
+    residuals: dict = field(default_factory=dict)   # (kind, saved prefix length) -> measured bytes
+    seconds: float = 0.0
+
+
+def _unit_range(cfg, kind: str) -> tuple[int, int]:
+    return {"embed": (0, 1), "attn": (1, 2), "mlp": (2, 3),
+            "head": (cfg.num_units - 1, cfg.num_units)}[kind]
+
+
+def _inputs(cfg, kind: str, seq_len: int, micro_batch: int, device):
+    import jax
+    import jax.numpy as jnp
+    key = jax.random.key(1)
+    tokens = jax.random.randint(key, (micro_batch, seq_len), 0, cfg.vocab_size, jnp.int32)
+    targets = jax.random.randint(jax.random.fold_in(key, 1), (micro_batch, seq_len), 0, cfg.vocab_size,
+                                 jnp.int32)
+    hidden = jax.random.normal(jax.random.fold_in(key, 2), (micro_batch, seq_len, cfg.hidden),
+                               jnp.dtype(cfg.compute_dtype))
+    x = tokens if kind == "embed" else hidden
+    put = lambda a: jax.device_put(a, device)  # noqa: E731
+    return put(x), (put(targets) if kind == "head" else None)
+
+
+def _tree_bytes(tree) -> int:
+    import jax
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def _fused_program(cfg, kind: str, policy, params, x, targets):
+    """Compiled forward + backward of one unit under `policy` (one XLA program:
+    half the compiles of a separate pair, and the recompute inside the backward is
+    the same, since jax.checkpoint keeps it from being CSE'd with the forward)."""
+    import jax
+    import jax.numpy as jnp
+    from models.stage import unit_apply_fn
+    f = unit_apply_fn(cfg, kind, policy)
+    if kind == "embed":
+        def run(p, x, dy):
+            return jax.vjp(lambda q: f(q, x), p)[1](dy)
+        dy = jnp.ones((x.shape[0], x.shape[1], cfg.hidden), jnp.dtype(cfg.compute_dtype))
+        args = (params, x, dy)
+    elif kind == "head":
+        def run(p, x, t, dy):
+            return jax.vjp(lambda q, h: f(q, h, t), p, x)[1](dy)
+        args = (params, x, targets, jnp.ones((), jnp.float32))
+    else:
+        def run(p, x, dy):
+            return jax.vjp(f, p, x)[1](dy)
+        args = (params, x, jnp.ones(x.shape, x.dtype))
+    args = jax.device_put(args, x.devices().pop())
+    compiled = jax.jit(run).lower(*args).compile()
+    return lambda: jax.block_until_ready(compiled(*args))
+
+
+def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Sequence[str] | None = None,
+                  device=None, host_bandwidth: float | None = None, p2p_bandwidth: float | None = None,
+                  p2p_latency: float | None = None,
+                  progress: Callable[[str], None] | None = None) -> ProfileRun:
+    """Measure `cfg` (a models.ModelConfig) at (seq_len, micro_batch) on `device`
+    (default: the first JAX device)."""
+    import jax
+    import optax
+
+    import models
+    from models.info import check_sizes, unit_residuals
+    from obscura_jax.data import BatchShape
+    from obscura_jax.engine import build_program
+    from obscura_jax.measure import time_stage
+
+    check_sizes(cfg, seq_len, micro_batch)
+    if cfg.tie_embeddings:
+        raise ValueError(f"{cfg.name} ties its embeddings: profile it with tie_embeddings=False")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"--reps must be a positive integer, got {reps!r}")
+    vocab = models.ops_for(cfg.family)
+    offered = set(vocab) if ops is None else set(ops)
+    unknown = sorted(offered - set(vocab))
+    if unknown:
+        raise ValueError(f"unknown op(s) {', '.join(unknown)} for the {cfg.family} family "
+                         f"(known: {', '.join(vocab)})")
+    device = device or jax.devices()[0]
+    say = progress or (lambda msg: None)
+    shape = BatchShape(1, micro_batch, seq_len)
+    run = ProfileRun(profile=None)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    units = {}
+    for kind in ("embed", "attn", "mlp", "head"):
+        unit_range = _unit_range(cfg, kind)
+        choice = [o for o in models.unit_ops(cfg.family, kind) if o in offered]
+        policies = [models.resolve_policy(sorted(choice[j:]) or "none", cfg.family)
+                    for j in range(len(choice) + 1)]  # j = ops saved, in forward order
+        sizes = [unit_residuals(cfg, kind, pol, seq_len, micro_batch).kept_bytes for pol in policies]
+        for j, size in enumerate(sizes):
+            run.residuals[(kind, j)] = size
+        params = jax.device_put(models.init_params(cfg, 0, unit_range), device)
+        x, targets = _inputs(cfg, kind, seq_len, micro_batch, device)
+        base = build_program(cfg, unit_range, policies[-1], device, shape)
+        timing = time_stage(base, params, x, targets, reps)
+        if base.residual_bytes != sizes[-1]:
+            run.notes.append(f"{kind}: engine residual {base.residual_bytes} B != traced {sizes[-1]} B")
+        # Time the backward only where saving one more op changes the residuals:
+        # equal residuals mean the same backward, so its recompute time is credited
+        # to the next op that does change them.
+        distinct = [0] + [j for j in range(1, len(sizes)) if sizes[j] != sizes[j - 1]]
+        unit_params = params[models.unit_names(cfg)[unit_range[0]]]
+        say(f"{kind}: {len(distinct) if len(distinct) > 1 else 0} forward+backward programs")
+        fused_time = {}
+        if len(distinct) > 1:
+            programs = {j: _fused_program(cfg, kind, policies[j], unit_params, x, targets) for j in distinct}
+            fused_time = _round_robin_min(programs, 3 * reps)
+        op_prof = {}
+        prev = 0
+        for i, op in enumerate(choice):
+            grew = sizes[i + 1] - sizes[i]
+            if grew < 0:
+                run.notes.append(f"{kind}.{op}: saving it shrank the residual by {-grew} bytes; recorded 0")
+            t = 0.0
+            if (i + 1) in fused_time:
+                t = max(fused_time[prev] - fused_time[i + 1], 0.0)
+                prev = i + 1
+            op_prof[op] = OpProfile(t, float(max(grew, 0)))
+        optimizer = _tree_bytes(jax.eval_shape(optax.adamw(1e-3).init, params))
+        units[kind] = UnitProfile(fwd_time=timing.fwd, bwd_time=timing.bwd,
+                                  weight_bytes=float(2 * _tree_bytes(params) + optimizer),
+                                  input_bytes=float(sizes[0]), ops=op_prof)
+        say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
+            f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed)")
+        del params, unit_params
+    hb, pb, pl = _bandwidths(cfg, seq_len, micro_batch, device, reps, run.notes)
+    run.profile = Profile(
+        model=cfg.name, device=str(getattr(device, "device_kind", device.platform)),
+        num_layers=cfg.num_layers, seq_len=seq_len, micro_batch=micro_batch,
+        host_bandwidth=host_bandwidth or hb, p2p_bandwidth=p2p_bandwidth or pb,
+        p2p_latency=pl if p2p_latency is None else p2p_latency, units=units, family=cfg.family)
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def _round_robin_min(programs: dict, rounds: int) -> dict:
+    """Fastest run of each program over `rounds` rounds that run every program once
+    in turn (after one warm-up round). Differences between programs are what
+    matter here: interleaving exposes all of them to the same background load,
+    and the minimum drops the delays that load adds."""
+    for fn in programs.values():
+        fn()
+    best = {j: math.inf for j in programs}
+    for _ in range(max(rounds, 3)):
+        for j, fn in programs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[j] = min(best[j], time.perf_counter() - t0)
+    return best
+
+
+def _median_time(fn, reps: int) -> float:
+    fn()
+    samples = []
+    for _ in range(max(reps, 3)):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _bandwidths(cfg, seq_len: int, micro_batch: int, device, reps: int, notes: list[str]
+                ) -> tuple[float, float, float]:
+    """(host, p2p bandwidth, p2p latency), timed with device_put where possible."""
+    import jax
+    import jax.numpy as jnp
+    nbytes = micro_batch * seq_len * cfg.hidden * jnp.dtype(cfg.compute_dtype).itemsize
+    n = max(nbytes, 16 << 20) // 4
+    x = jax.device_put(jnp.ones((n,), jnp.float32), device)
+    size = n * 4
+    host = DEFAULT_HOST_BANDWIDTH
+    try:
+        kinds = {m.kind for m in device.addressable_memories()}
+    except Exception:
+        kinds = set()
+    if "pinned_host" in kinds:
+        sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+        host = size / _median_time(lambda: jax.block_until_ready(jax.device_put(x, sharding)), reps)
+    else:
+        notes.append(f"no pinned_host memory on {device.platform}: host_bandwidth assumed {host:.3g} B/s")
+    others = [d for d in jax.devices() if d != device and d.platform == device.platform]
+    if others:
+        other = others[0]
+        bw = size / _median_time(lambda: jax.block_until_ready(jax.device_put(x, other)), reps)
+        tiny = jax.device_put(jnp.ones((1,), jnp.float32), device)
+        lat = _median_time(lambda: jax.block_until_ready(jax.device_put(tiny, other)), reps)
+        return host, bw, lat
+    notes.append(f"one {device.platform} device: p2p assumed {DEFAULT_P2P_BANDWIDTH:.3g} B/s, "
+                 f"latency {DEFAULT_P2P_LATENCY:g} s")
+    return host, DEFAULT_P2P_BANDWIDTH, DEFAULT_P2P_LATENCY
