@@ -113,14 +113,16 @@ class LayerBench:
         import jax
         import jax.numpy as jnp
         import models
+        import numpy as np
         cfg = self._cfg(task)
         if task.model not in self._params:
             self._params[task.model] = models.init_params(cfg, 0, unit_range=(1, 3))
+        # numpy (not jax.random): a new shape costs no compilation
         dtype = jnp.dtype(cfg.compute_dtype)
-        k1, k2 = jax.random.split(jax.random.key(task.seq_len * 7 + task.micro_batch))
+        rng = np.random.default_rng(task.seq_len * 7 + task.micro_batch)
         shape = (task.micro_batch, task.seq_len, cfg.hidden)
-        x = jax.random.normal(k1, shape, jnp.float32).astype(dtype)
-        dy = (jax.random.normal(k2, shape, jnp.float32) * 0.01).astype(dtype)
+        x = jax.device_put(rng.standard_normal(shape, dtype=np.float32).astype(dtype))
+        dy = jax.device_put((0.01 * rng.standard_normal(shape, dtype=np.float32)).astype(dtype))
         return cfg, self._params[task.model], x, dy
 
     def _forward_time(self, task: Task, cfg, params, x) -> float:
@@ -157,6 +159,9 @@ class LayerBench:
                 "bwd_time": max(both - fwd, 0.0), "residual_bytes": residual,
                 "temp_bytes": int(temp) if temp is not None else None}
 
+    def is_new_shape(self, task: Task) -> bool:
+        return (task.model, task.seq_len, task.attention, task.micro_batch) not in self._fwd
+
     def forget(self, task: Task) -> None:
         """Drop compiled forwards of this shape (after an OOM, free what we can)."""
         self._fwd.pop((task.model, task.seq_len, task.attention, task.micro_batch), None)
@@ -164,9 +169,12 @@ class LayerBench:
 
 def run_bench(configs: dict, tasks: list[Task], budget_s: float, log=print,
               on_entry=None) -> list[dict]:
-    """Measure `tasks` in order until `budget_s` seconds have passed; every task gets
-    an entry (measured / oom / failed / skipped). `on_entry(entries)` runs after each
-    task (the script saves the file there, so a killed run keeps what it measured)."""
+    """Measure `tasks` in order while they fit in `budget_s` seconds; every task gets
+    an entry (measured / oom / failed / skipped). A task starts only if its expected
+    duration fits what is left: the mean of earlier tasks of its kind (the first of a
+    new shape compiles the forward too, ~10 s on the H200; another policy of a known
+    shape ~1-2 s). `on_entry(entries)` runs after each task (the script saves the file
+    there, so a killed run keeps what it measured)."""
     import jax
     from planner.layouts.model_shape import ModelShape
     bench = LayerBench(configs, log)
@@ -174,22 +182,28 @@ def run_bench(configs: dict, tasks: list[Task], budget_s: float, log=print,
     start = time.perf_counter()
     entries = []
     on_gpu = jax.default_backend() == "gpu"
+    seen = {True: [10.0 if on_gpu else 2.0], False: [2.0 if on_gpu else 1.0]}   # priors
     for i, task in enumerate(tasks):
         entry = {"model": task.model, "layer": keys[task.model], "seq_len": task.seq_len,
                  "micro_batch": task.micro_batch, "attention": task.attention,
                  "policy": task.policy}
         elapsed = time.perf_counter() - start
+        new = bench.is_new_shape(task)
+        expected = statistics.mean(seen[new])
         if task.attention == "cudnn" and not on_gpu:
             entry.update(status="skipped", note="cudnn attention needs a GPU")
-        elif elapsed > budget_s:
-            entry.update(status="skipped", note=f"time budget {budget_s:.0f} s spent")
+        elif elapsed + expected > budget_s:
+            entry.update(status="skipped", note=f"time budget {budget_s:.0f} s: {elapsed:.0f} s "
+                                                f"spent, ~{expected:.0f} s needed")
         else:
+            t0 = time.perf_counter()
             try:
                 entry.update(bench.measure(task))
             except Exception as e:  # record and carry on: one bad shape must not lose the rest
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
                 entry.update(status="oom" if _is_oom(e) else "failed", note=first)
                 bench.forget(task)
+            seen[new].append(time.perf_counter() - t0)
         entries.append(entry)
         if on_entry is not None:
             on_entry(entries)

@@ -12,17 +12,20 @@ models.build_stage) of a layer shape at (seq_len, micro_batch, attention, policy
      "residual_bytes": kept per micro-batch, "temp_bytes": XLA temp of fwd+bwd | null,
      "note": "..."}
 
-Derivation (the bench prunes its grid to fit the GPU time; the rule lives here so
-the file stays raw): a policy P missing at micro-batch b is derived when P, none
-and full were measured at micro-batch 1 and none and full at b, scaling P's
-recompute overhead like full's:
-    bwd(P,b) = bwd(none,b) + (bwd(P,1) - bwd(none,1))
-                             * (bwd(full,b) - bwd(none,b)) / (bwd(full,1) - bwd(none,1))
-    fwd(P,b) = fwd(none,b)            (the forward does not depend on the policy)
-    residual(P,b) = residual(P,1) * residual(none,b) / residual(none,1)   (linear in b)
-Such entries are labelled "derived"; anything else missing falls back to the
-analytic model for that layout.
-
+Derivation (the bench prunes its grid to fit the GPU time; the rules live here so
+the file stays raw). All derived entries are labelled "derived"; what no rule
+reaches falls back to the analytic model for that layout.
+  B. micro-batch scaling from the other attention kernel: a point (att, b, P) not
+     measured, with (att, 1, P), (other, b, P) and (other, 1, P) measured:
+        t(att, b, P) = t(att, 1, P) * t(other, b, P) / t(other, 1, P)   (fwd and bwd)
+        residual = b * residual(att, 1, P)          (activations are linear in b)
+  A. a policy's recompute overhead by analogy: P missing at (att, b) but none and
+     full there (measured or by B), and a reference (att, 1), (other, b) or
+     (other, 1) with none, full and P measured:
+        bwd(P) = bwd(none) + (ref bwd(P) - ref bwd(none))
+                             * (bwd(full) - bwd(none)) / (ref bwd(full) - ref bwd(none))
+        fwd(P) = fwd(none)                (the forward does not depend on the policy)
+        residual(P) = ref residual(P) * residual(none) / ref residual(none)
 Use: the layer's measured seconds and bytes calibrate the analytic unit costs at
 the same (seq, micro-batch, attention, policy) field by field (forward, backward,
 recompute, kept bytes, transient); the analytic model then supplies the attention/
@@ -107,28 +110,53 @@ class MeasuredLayers:
         e = self._raw.get((lk, seq, mbs, att, pol))
         return e if e is not None and e["status"] == "measured" else None
 
+    def _point(self, lk, seq, mbs, att, pol) -> dict | None:
+        """A measured point, or one scaled by rule B (micro-batch from the other kernel)."""
+        e = self._measured(lk, seq, mbs, att, pol)
+        if e is not None:
+            return {**e, "source": "measured"}
+        if mbs == 1:
+            return None
+        one = self._measured(lk, seq, 1, att, pol)
+        for other in {a for (k, s, _, a, _) in self._raw if k == lk and s == seq and a != att}:
+            ob, o1 = self._measured(lk, seq, mbs, other, pol), self._measured(lk, seq, 1, other, pol)
+            if one is not None and ob is not None and o1 is not None \
+                    and o1["fwd_time"] > 0 and o1["bwd_time"] > 0:
+                return {"fwd_time": one["fwd_time"] * ob["fwd_time"] / o1["fwd_time"],
+                        "bwd_time": one["bwd_time"] * ob["bwd_time"] / o1["bwd_time"],
+                        "residual_bytes": one["residual_bytes"] * mbs, "temp_bytes": None,
+                        "source": "derived"}
+        return None
+
     def lookup(self, layer: dict, seq: int, mbs: int, attention: str, policy: str
                ) -> LayerMeasurement | None:
-        """The measured (or derived) layer cost, or None when neither is possible."""
+        """The measured (or derived) layer cost, or None when no rule reaches it."""
         lk = self._layer_key(layer)
-        none = self._measured(lk, seq, mbs, attention, "none")
+        none = self._point(lk, seq, mbs, attention, "none")
         if none is None:
             return None
-        direct = self._measured(lk, seq, mbs, attention, policy)
-        if direct is not None:
-            return LayerMeasurement(direct["fwd_time"], direct["bwd_time"], none["bwd_time"],
-                                    direct["residual_bytes"], direct.get("temp_bytes"), "measured")
-        full_b = self._measured(lk, seq, mbs, attention, "full")
-        p1, none1, full1 = (self._measured(lk, seq, 1, attention, q) for q in (policy, "none", "full"))
-        if None in (full_b, p1, none1, full1) or mbs == 1:
+        point = self._point(lk, seq, mbs, attention, policy)
+        if point is not None:
+            both = "measured" if point["source"] == none["source"] == "measured" else "derived"
+            return LayerMeasurement(point["fwd_time"], point["bwd_time"], none["bwd_time"],
+                                    point["residual_bytes"], point.get("temp_bytes"), both)
+        full = self._point(lk, seq, mbs, attention, "full")
+        if full is None:
             return None
-        span1 = full1["bwd_time"] - none1["bwd_time"]
-        if span1 <= 0:
-            return None
-        overhead = (p1["bwd_time"] - none1["bwd_time"]) * (full_b["bwd_time"] - none["bwd_time"]) / span1
-        residual = p1["residual_bytes"] * none["residual_bytes"] / none1["residual_bytes"]
-        return LayerMeasurement(none["fwd_time"], none["bwd_time"] + max(0.0, overhead),
-                                none["bwd_time"], residual, None, "derived")
+        others = sorted({a for (k, s, _, a, _) in self._raw if k == lk and s == seq and a != attention})
+        refs = [(attention, 1)] + [(o, mbs) for o in others] + [(o, 1) for o in others]
+        for ref_att, ref_mbs in refs:
+            if (ref_att, ref_mbs) == (attention, mbs):
+                continue
+            r = [self._measured(lk, seq, ref_mbs, ref_att, q) for q in ("none", "full", policy)]
+            if None in r or r[1]["bwd_time"] - r[0]["bwd_time"] <= 0 or r[0]["residual_bytes"] <= 0:
+                continue
+            overhead = ((r[2]["bwd_time"] - r[0]["bwd_time"]) * (full["bwd_time"] - none["bwd_time"])
+                        / (r[1]["bwd_time"] - r[0]["bwd_time"]))
+            residual = r[2]["residual_bytes"] * none["residual_bytes"] / r[0]["residual_bytes"]
+            return LayerMeasurement(none["fwd_time"], none["bwd_time"] + max(0.0, overhead),
+                                    none["bwd_time"], residual, None, "derived")
+        return None
 
 
 def load_measured(path: str | Path) -> MeasuredLayers:

@@ -57,6 +57,32 @@ def test_derivation_rule(shape13):
     assert layers.lookup(key, 2048, 1, "xla", "none") is None
 
 
+def test_derivation_across_attention_kernels(shape13):
+    """xla measured only at micro-batch 1 (none, full): its micro-batch 4 points scale
+    like cuDNN's (rule B) and its other policies borrow cuDNN's overhead (rule A)."""
+    layers = MeasuredLayers({"format": FORMAT, "entries": [
+        entry(shape13, 2048, 1, "none", 2.0, 4.0, 100.0),
+        entry(shape13, 2048, 1, "full", 2.0, 6.0, 10.0),
+        entry(shape13, 2048, 1, "cmb", 2.0, 4.5, 60.0),
+        entry(shape13, 2048, 4, "none", 7.0, 15.0, 400.0),
+        entry(shape13, 2048, 4, "full", 7.0, 23.0, 40.0),
+        entry(shape13, 2048, 1, "none", 3.0, 7.0, 100.0, attention="xla"),
+        entry(shape13, 2048, 1, "full", 3.0, 11.0, 10.0, attention="xla"),
+    ]})
+    key = shape13.layer_key()
+    n4 = layers.lookup(key, 2048, 4, "xla", "none")
+    assert n4.source == "derived"
+    assert (n4.fwd, n4.bwd, n4.residual_bytes) == pytest.approx((3.0 * 7 / 2, 7.0 * 15 / 4, 400.0))
+    f4 = layers.lookup(key, 2048, 4, "xla", "full")
+    assert f4.bwd == pytest.approx(11.0 * 23 / 6) and f4.bwd_none == pytest.approx(n4.bwd)
+    c1 = layers.lookup(key, 2048, 1, "xla", "cmb")
+    # cuDNN's cmb costs a quarter of its full overhead; xla's full overhead is 4
+    assert c1.source == "derived" and c1.bwd == pytest.approx(7.0 + 0.25 * 4.0)
+    assert c1.residual_bytes == pytest.approx(60.0)
+    c4 = layers.lookup(key, 2048, 4, "xla", "cmb")
+    assert c4.bwd == pytest.approx(n4.bwd + 0.25 * (f4.bwd - n4.bwd))
+
+
 @pytest.mark.parametrize("mutate, text", [
     (lambda d: d.update(format="obscura-profile/1"), "format must be"),
     (lambda d: d.update(entries={}), "'entries' must be a list"),
