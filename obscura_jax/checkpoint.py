@@ -47,22 +47,28 @@ class PipelineCheckpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def restore(self, like_state: Any, identity: dict) -> tuple[Any, int] | None:
-        """-> (state placed like `like_state`, step) or None when there is nothing to resume."""
+    def resumable_step(self, identity: dict) -> int | None:
+        """The step to resume from (None: start fresh), after checking that the
+        checkpoint belongs to this run. Reads metadata only: cheap, before compiling."""
         step = self.manager.latest_step() if self.resume else None
         if step is None:
             return None
         ocp = self._ocp
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        saved = meta.get("identity", {})
         for key in IDENTITY_FIELDS:
-            if key in identity and meta.get("identity", {}).get(key) != _jsonable(identity[key]):
+            if key in identity and saved.get(key) != _jsonable(identity[key]):
                 raise ValueError(f"cannot resume {self.directory}: checkpoint has {key}="
-                                 f"{meta.get('identity', {}).get(key)!r}, this run has {_jsonable(identity[key])!r}")
+                                 f"{saved.get(key)!r}, this run has {_jsonable(identity[key])!r}")
+        return int(meta["step"])
+
+    def restore(self, like_state: Any, step: int) -> Any:
+        """The state saved at `step`, placed like `like_state` (same tree, devices)."""
+        ocp = self._ocp
         abstract = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), like_state)
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-        state = jax.tree.unflatten(jax.tree.structure(like_state), jax.tree.leaves(restored["state"]))
-        return state, int(meta["step"])
+        return jax.tree.unflatten(jax.tree.structure(like_state), jax.tree.leaves(restored["state"]))
 
     def save(self, step: int, state: Any, identity: dict, extra: dict | None = None) -> None:
         ocp = self._ocp

@@ -40,7 +40,7 @@ def check_partition(cfg, partition, num_stages: int) -> tuple[tuple[int, int], .
 
 
 @functools.lru_cache(maxsize=64)
-def build_program(cfg, unit_range, policy, device, shape: BatchShape, name: str) -> StageProgram:
+def build_program(cfg, unit_range, policy, device, shape: BatchShape) -> StageProgram:
     """Compiled stage program; cached, since programs are immutable once built and
     pipelines in one process (compare, tests) share most stages."""
     stage = models.build_stage(cfg, unit_range, policy)
@@ -50,7 +50,7 @@ def build_program(cfg, unit_range, policy, device, shape: BatchShape, name: str)
     params_like = _abstract_stage_params(cfg, unit_range)
     return StageProgram(stage.apply, takes_tokens=stage.is_first, returns_loss=stage.is_last,
                         device=device, params_like=params_like, x_like=x_like,
-                        targets_like=targets_like, name=name)
+                        targets_like=targets_like, name=f"stage units [{unit_range[0]},{unit_range[1]})")
 
 
 def _abstract_stage_params(cfg, unit_range) -> dict:
@@ -99,8 +99,8 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
             raise ValueError(f"stage {bad[0]}'s device {placement.devices[bad[0]]} has no pinned_host "
                              "memory: swapping is not possible there")
     policies = stage_policies(cfg, schedule, base_policy)
-    programs = [build_program(cfg, r, pol, dev, shape, f"stage {s}")
-                for s, (r, pol, dev) in enumerate(zip(parts, policies, placement.devices))]
+    programs = [build_program(cfg, r, pol, dev, shape)
+                for r, pol, dev in zip(parts, policies, placement.devices)]
     executor = PipelineExecutor(schedule, programs, optimizer, order,
                                 swap=HostSwap(swap_mechanism), swap_enabled=swap_enabled)
     return Pipeline(cfg, schedule, parts, policies, placement, shape, programs, executor)

@@ -122,7 +122,7 @@ def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: i
         x, targets = _stage_inputs(pipe, s)
         timing = time_stage(prog, st.params, x, targets, reps)
         if spec.adjusted and pipe.policies[s] != base:
-            plain = build_program(pipe.cfg, pipe.partition[s], base, prog.device, pipe.shape, f"stage {s} (base)")
+            plain = build_program(pipe.cfg, pipe.partition[s], base, prog.device, pipe.shape)
             base_timing = time_stage(plain, st.params, x, targets, reps)
             fwd.append(min(timing.fwd, base_timing.fwd))
             bwd.append(base_timing.bwd)

@@ -10,8 +10,9 @@ import optax
 import models
 
 
-def reference_train(cfg, params: dict, batches, optimizer, policy=None, device=None):
-    """batches: iterable of (tokens [B,T], targets [B,T]) -> (losses per step, final params)."""
+def reference_train(cfg, params: dict, batches, optimizer, policy=None, device=None, first_grads=None):
+    """batches: iterable of (tokens [B,T], targets [B,T]) -> (losses per step, final params).
+    If `first_grads` is a list, the first step's gradients are appended to it."""
     device = device or jax.devices()[0]
     params = jax.device_put(params, device)
     opt_state = jax.jit(optimizer.init)(params)
@@ -21,20 +22,14 @@ def reference_train(cfg, params: dict, batches, optimizer, policy=None, device=N
         loss, grads = jax.value_and_grad(
             lambda p: models.model_loss(cfg, p, tokens, targets, policy))(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        return optax.apply_updates(params, updates), opt_state, loss, grads
 
     losses = []
     for tokens, targets in batches:
-        params, opt_state, loss = step(params, opt_state, jax.device_put(np.asarray(tokens), device),
-                                       jax.device_put(np.asarray(targets), device))
+        params, opt_state, loss, grads = step(params, opt_state, jax.device_put(np.asarray(tokens), device),
+                                              jax.device_put(np.asarray(targets), device))
+        if first_grads is not None and not losses:
+            first_grads.append(jax.device_get(grads))
         losses.append(float(loss))
     return losses, params
 
-
-def compare_params(a: dict, b: dict) -> float:
-    """Largest |a - b| / (|b| + 1e-6) over all leaves (both whole-model dicts)."""
-    worst = 0.0
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        worst = max(worst, float(np.max(np.abs(x - y) / (np.abs(y) + 1e-6))))
-    return worst

@@ -8,12 +8,28 @@ import argparse
 from obscura_jax.run_config import RunConfig
 
 
+# Defaults of the flags a preset (compare --demo) may set; a flag left at None
+# takes the preset's value, then this one.
+FLAG_DEFAULTS = {"model": "llama2-tiny", "micro_batch_size": 2, "seq_len": 64, "data": "synthetic",
+                 "steps": 3, "lr": 1e-3}
+
+
+def fill_defaults(args, preset: dict | None = None) -> None:
+    """Give every flag the user did not pass its preset value, else its default."""
+    for key, value in (preset or {}).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    for key, value in FLAG_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
 def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and data")
-    g.add_argument("--model", default="llama2-tiny", help="model config name (default llama2-tiny)")
-    g.add_argument("--micro-batch-size", type=int, default=2, metavar="b", help="rows per micro-batch (default 2)")
-    g.add_argument("--seq-len", type=int, default=64, metavar="T", help="tokens per row (default 64)")
-    g.add_argument("--data", default="synthetic", metavar="synthetic|stdlib|PATH",
+    g.add_argument("--model", default=None, help="model config name (default llama2-tiny)")
+    g.add_argument("--micro-batch-size", type=int, default=None, metavar="b", help="rows per micro-batch (default 2)")
+    g.add_argument("--seq-len", type=int, default=None, metavar="T", help="tokens per row (default 64)")
+    g.add_argument("--data", default=None, metavar="synthetic|stdlib|PATH",
                    help="synthetic random tokens (default), stdlib = byte tokens of Python's own "
                         "standard library, or a token file (.npy, or raw memmap with --dtype)")
     g.add_argument("--dtype", default=None, choices=("uint16", "uint32"), help="dtype of a raw token file")
@@ -36,9 +52,9 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="device index per stage (default: round-robin over the devices)")
 
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=3, help="total training steps (default 3)")
+    g.add_argument("--steps", type=int, default=None, help="total training steps (default 3)")
     g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"))
-    g.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
+    g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
     g.add_argument("--weight-decay", type=float, default=0.01, help="adamw weight decay (default 0.01)")
     g.add_argument("--warmup-steps", type=int, default=1,
                    help="steps excluded from the median iteration time (default 1)")

@@ -90,9 +90,12 @@ class RunConfig:
         from schedules.validator import validate
 
         if self.plan:
-            import planner
-            plan = planner.load_plan(self.plan)
-            schedule = planner.plan_to_schedule(plan)
+            try:
+                from planner import load_plan, plan_to_schedule
+            except ImportError:  # older planner packages export them from planner.plan only
+                from planner.plan import load_plan, plan_to_schedule
+            plan = load_plan(self.plan)
+            schedule = plan_to_schedule(plan)
             partition = [tuple(st.units) for st in plan.stages]
             self._check_counts(schedule, "plan " + self.plan)
         elif self.schedule.endswith(".json") or Path(self.schedule).is_file():

@@ -53,10 +53,11 @@ class TrainOutcome:
         return out
 
 
-def identity_of(run: RunConfig, pipe: Pipeline) -> dict:
-    return {"model": run.model, "units": [list(r) for r in pipe.partition], "seed": run.seed,
+def identity_of(run: RunConfig, partition, schedule) -> dict:
+    """What a checkpoint must share with a run resuming it (the schedule may differ)."""
+    return {"model": run.model, "units": [list(r) for r in partition], "seed": run.seed,
             "data": run.data, "micro_batch_size": run.micro_batch_size, "seq_len": run.seq_len,
-            "microbatches": pipe.schedule.num_microbatches,
+            "microbatches": schedule.num_microbatches,
             "optimizer": [run.optimizer, run.learning_rate, run.weight_decay]}
 
 
@@ -77,24 +78,24 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
+    identity = identity_of(run, partition, schedule)
     ckpt = PipelineCheckpointer(run.checkpoint_dir, resume=run.resume) if run.checkpoint_dir else None
+    start = ckpt.resumable_step(identity) if ckpt is not None else None
+    if start is not None and start >= run.steps:
+        raise ValueError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
+                         f"nothing to do for --steps {run.steps}")
 
     pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer,
                           schedules.issue_order(schedule), swap_mechanism=run.swap_mechanism,
                           swap_enabled=run.swap_enabled)
     states = pipe.init_state(run.seed)
     outcome = TrainOutcome(run, pipe, states)
-    identity = identity_of(run, pipe)
-    if ckpt is not None:
-        restored = ckpt.restore([(st.params, st.opt_state) for st in states], identity)
-        if restored is not None:
-            tree, outcome.start_step = restored
-            for st, (params, opt_state) in zip(states, tree):
-                st.params, st.opt_state = params, opt_state
-            log(f"resumed from {ckpt.directory} at step {outcome.start_step}")
-            if outcome.start_step >= run.steps:
-                raise ValueError(f"checkpoint in {run.checkpoint_dir} is at step {outcome.start_step}, "
-                                 f"nothing to do for --steps {run.steps}")
+    if start is not None:
+        tree = ckpt.restore([(st.params, st.opt_state) for st in states], start)
+        for st, (params, opt_state) in zip(states, tree):
+            st.params, st.opt_state = params, opt_state
+        outcome.start_step = start
+        log(f"resumed from {ckpt.directory} at step {start}")
     before_peaks = [_device_peak(d) for d in placement.devices]
 
     if run.measure_costs:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from obscura_jax.run_args import add_model_data_args, add_schedule_args, choose_devices, run_config
+from obscura_jax.run_args import (add_model_data_args, add_schedule_args, choose_devices, fill_defaults,
+                                  run_config)
 
 PLAIN = ("gpipe", "1f1b")
 ITEM_KEYS = {"adjusted": str, "swap_blocks": int, "swap_fraction": float, "adjusted_policy": str}
@@ -27,7 +28,7 @@ def add_parser(sub):
     p = sub.add_parser(
         "compare", help="run several schedules in one process: one table + measured Gantt charts",
         description=__doc__.split("\n\n")[0])
-    p.add_argument("--schedules", default="1f1b,obscura",
+    p.add_argument("--schedules", default=None,
                    help="comma list of schedules, each NAME[:key=value...] (default 1f1b,obscura)")
     p.add_argument("--demo", action="store_true",
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
@@ -36,7 +37,6 @@ def add_parser(sub):
     add_schedule_args(p)
     add_model_data_args(p)
     p.set_defaults(func=run)
-    _DEFAULTS.update({key: p.get_default(key) for key in DEMO})
 
 
 def parse_items(text: str) -> list[tuple[str, dict]]:
@@ -62,19 +62,11 @@ def parse_items(text: str) -> list[tuple[str, dict]]:
     return items
 
 
-_DEFAULTS: dict = {}
-
-
-def _apply_demo(args) -> None:
-    """Demo values for every flag still at its parser default."""
-    for key, value in DEMO.items():
-        if getattr(args, key) == _DEFAULTS.get(key):
-            setattr(args, key, value)
-
-
 def run(args):
-    if args.demo:
-        _apply_demo(args)
+    preset = dict(DEMO) if args.demo else {}
+    args.schedules = args.schedules or preset.pop("schedules", None) or "1f1b,obscura"
+    preset.pop("schedules", None)
+    fill_defaults(args, preset)
     items = parse_items(args.schedules)
     place = choose_devices(args, args.stages or 4)   # before JAX starts
     from obscura_jax.report import compare_report, train_report

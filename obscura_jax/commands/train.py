@@ -5,7 +5,8 @@
 """
 from __future__ import annotations
 
-from obscura_jax.run_args import add_model_data_args, add_schedule_args, choose_devices, needed_stages, run_config
+from obscura_jax.run_args import (add_model_data_args, add_schedule_args, choose_devices, fill_defaults,
+                                  needed_stages, run_config)
 
 
 def add_parser(sub):
@@ -31,6 +32,7 @@ def add_parser(sub):
 
 
 def run(args):
+    fill_defaults(args)
     place = choose_devices(args, needed_stages(args))   # before JAX starts
     from obscura_jax.report import train_report
     from obscura_jax.trainer import summarize, train

@@ -1,0 +1,79 @@
+"""Shared by test_numerics_llama.py and test_numerics_gpt.py (two files so that
+pytest-xdist runs the two models in parallel). Acceptance: every schedule, policy and swap setting trains exactly like the plain
+model. llama2-tiny and gpt3-tiny, p=4, m=8, 3 steps of AdamW, seed 0, fp32, on 4
+emulated CPU devices: per-step losses within rtol 1e-5 of the unpipelined
+single-device model (whole batch as one), step-1 gradients likewise, and the final
+params within rtol 1e-5 (plus checks.tolerances' absolute term for Adam, see there)."""
+import jax
+import numpy as np
+import pytest
+
+import models
+from obscura_jax.checks import tolerances
+from obscura_jax.data import BatchShape, open_data
+from obscura_jax.executor import make_optimizer
+from obscura_jax.placement import place_stages
+from obscura_jax.reference import reference_train
+from obscura_jax.run_config import RunConfig
+from obscura_jax.trainer import train
+
+P, M, STEPS, B, T = 4, 8, 3, 2, 16
+CASES = [
+    ("gpipe", {}),
+    ("1f1b", {}),
+    ("recomp", {"adjusted": 1}),
+    ("recomp", {"adjusted": "all"}),
+    ("strawman", {"adjusted": 1}),
+    ("obscura", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
+]
+
+
+def run_config(model, schedule, **kw):
+    return RunConfig(model=model, stages=P, microbatches=M, schedule=schedule, steps=STEPS, seed=0,
+                     micro_batch_size=B, seq_len=T, measure_costs=False, record_timeline=False, **kw)
+
+
+def make_reference(model):
+    cfg = models.get_config(model)
+    data = open_data("synthetic", model_vocab=cfg.vocab_size, seed=0)
+    shape = BatchShape(M, B, T)
+    batches = [data.batch(i, shape) for i in range(STEPS)]
+    params0 = models.init_params(cfg, 0)
+    grads = []
+    losses, params = reference_train(cfg, params0, batches, make_optimizer(), first_grads=grads)
+    return model, cfg, losses, jax.device_get(params), grads[0], data
+
+
+IDS = [f"{n}-{k}" for n, k in CASES]
+
+
+def check_pipeline_equals_plain_model(reference, schedule, kw):
+    model, cfg, ref_losses, ref_params, ref_grads, data = reference
+    run = run_config(model, schedule, **kw)
+    out = train(run, lambda p: place_stages(p, "cpu", P), log=lambda *_: None)
+    pipe = out.pipeline
+    if kw.get("adjusted"):
+        assert pipe.schedule.adjusted_stages and all(
+            pipe.policies[s].name == "full" for s in pipe.schedule.adjusted_stages)
+    if kw.get("swap_fraction"):
+        assert out.swap_counters["bytes_out"] > 0
+
+    np.testing.assert_allclose([s.loss for s in out.steps], ref_losses, rtol=1e-5)
+
+    rtol, atol = tolerances(run, cfg)
+    got = out.stage_params()
+    assert sorted(got) == sorted(ref_params)
+    for name in ref_params:
+        for a, b in zip(jax.tree.leaves(got[name]), jax.tree.leaves(ref_params[name]), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=name)
+
+    # Step-1 gradients from fresh state: Adam would hide a wrong gradient scale.
+    states = pipe.init_state(0)
+    tok, tgt = data.microbatches(0, pipe.shape)
+    pipe.executor.run_actions(states, tok, tgt)
+    for st in states:
+        for name, tree in jax.device_get(st.grads).items():
+            for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(ref_grads[name]), strict=True):
+                b = np.asarray(b)
+                np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6 * np.abs(b).max(),
+                                           err_msg=name)
