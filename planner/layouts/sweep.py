@@ -98,6 +98,7 @@ class _Costs:
     def __init__(self, shape, seq_len, hw, measured: MeasuredLayers | None):
         self.shape, self.seq_len, self.hw, self.measured = shape, seq_len, hw, measured
         self._cache: dict = {}
+        self.slowdowns: list[float] = []     # measured / analytic layer time, per calibration
 
     def __call__(self, layout: Layout):
         key = (layout.micro_batch, layout.attention, layout.policy, layout.tp, layout.sp)
@@ -113,7 +114,9 @@ class _Costs:
         if m is None:
             return units, ANALYTIC
         tp1 = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, 1, False, self.hw)
-        units, _ = calibrate(units, tp1, m)
+        units, f = calibrate(units, tp1, m)
+        a = tp1["attn"].fwd + tp1["mlp"].fwd, tp1["attn"].bwd + tp1["mlp"].bwd
+        self.slowdowns.append((f["fwd"] * a[0] + f["bwd"] * a[1]) / (a[0] + a[1]))
         return units, m.source
 
 
@@ -158,9 +161,15 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
     fitting = sorted((r for r in results if r.fits), key=_rank_key)
     rest = sorted((r for r in results if not r.fits), key=lambda r: r.memory.total)
     notes = []
-    if measured is not None and not any(r.source != ANALYTIC for r in results):
+    analytic = sum(r.source == ANALYTIC for r in results)
+    if measured is not None and analytic == len(results):
         notes.append(f"the measured layer file {measured.path} has no entry for this layer shape "
                      f"at seq {seq_len}: all costs are analytic")
+    elif measured is not None and analytic:
+        lo, hi = min(costs.slowdowns), max(costs.slowdowns)
+        notes.append(f"{analytic} of {len(results)} layouts have analytic layer costs (no measurement "
+                     f"or derivation reaches them); measured layers here take {lo:.2f}-{hi:.2f}x the "
+                     f"analytic time, so compare rows of one source")
     return SweepResult(shape, seq_len, grid, hw, state, tuple(fitting + rest), tuple(skipped),
                        measured.path if measured else None, measured.device if measured else None,
                        fpt, tuple(notes))
