@@ -1,5 +1,6 @@
 """Op vocabulary, presets, and policy resolution/lowering."""
 import jax
+import jax.numpy as jnp
 import pytest
 
 import models
@@ -71,16 +72,37 @@ def test_recompute_and_offload_must_not_overlap():
         resolve_policy("none", "llama", offload=["bogus"])
 
 
-def test_lowering_to_jax_policies():
-    cp = jax.checkpoint_policies
-    assert resolve_policy("full", "llama").to_jax() is cp.nothing_saveable
-    none = resolve_policy("none", "gpt").to_jax()
-    assert none.__class__.__name__ == "SaveOnlyTheseNames"
-    assert set(none.saveable_names) == set(models.GPT_OPS)
-    sel = resolve_policy("selective", "gpt").to_jax()
-    assert set(sel.saveable_names) == set(models.GPT_OPS) - {"attn_core"}
-    off = resolve_policy("none", "llama", offload=["mlp_up"]).to_jax()
-    assert callable(off) and off.__name__ == "policy"
+def _saved_and_offloaded(policy, ops):
+    """Run a toy function whose i-th value (shape (i+1,)) is named ops[i] and read by
+    the backward; the residual shapes then show which names the policy kept."""
+    from jax.ad_checkpoint import checkpoint_name
+
+    def f(xs):
+        return sum(jnp.sum(checkpoint_name(jnp.sin(x), op) ** 2) for x, op in zip(xs, ops))
+
+    xs = [jax.ShapeDtypeStruct((i + 1,), jnp.float32) for i in range(len(ops))]
+    closed = jax.make_jaxpr(lambda xs: jax.tree.leaves(
+        jax.vjp(jax.checkpoint(f, policy=policy.to_jax()), xs)[1]))(xs)
+    inputs = set(closed.jaxpr.invars)
+    saved, offloaded = set(), set()
+    for v in closed.jaxpr.outvars:
+        if v in inputs:
+            continue
+        host = getattr(v.aval, "memory_space", None) == jax.memory.Space.Host
+        (offloaded if host else saved).add(ops[v.aval.shape[0] - 1])
+    return saved, offloaded
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt"])
+def test_lowering_to_jax_policies_keeps_exactly_the_saved_names(family):
+    ops = models.ops_for(family)
+    assert resolve_policy("full", family).to_jax() is jax.checkpoint_policies.nothing_saveable
+    for spec, offload in [("none", ()), ("selective", ()), ("cmb", ()), ("full", ()),
+                          ("mlp_act,attn_norm", ("attn_core", "logits"))]:
+        pol = resolve_policy(spec, family, offload=offload)
+        saved, offloaded = _saved_and_offloaded(pol, ops)
+        assert saved == set(ops) - pol.recompute - pol.offload == pol.saved, spec
+        assert offloaded == set(offload), spec
 
 
 def test_direct_construction_is_validated():
