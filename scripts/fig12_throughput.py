@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""Fig. 12: simulated throughput of DAPPLE, DAPPLE+, OHP-CMB, Strawman and Obscura
+for Llama-2 and GPT-3 18/23/28B at global batch 16/32/64, p=8, 80 GiB per GPU
+(the paper's A100-80GB), with Obscura's speedup over DAPPLE+ beside the paper's.
+Also plans every case at the H200's full memory (CSV only: what changes there).
+
+    python scripts/fig12_throughput.py [--out results/figures] [--profile-dir results/h200]
+
+Writes fig12_throughput.png and fig12_throughput.csv (one row per system and case;
+empty iteration time = does not fit, "OOM").
+"""
+import argparse
+import sys
+
+from planner import figures as F
+
+SHOWN = ("dapple", "dapple_plus", "ohp_cmb", "strawman", "obscura")
+COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "ohp_cmb": "#64B5CD", "strawman": "#DD8452",
+          "obscura": "#C44E52"}
+
+
+def draw(rows, sources, families, sizes, batches, limit_gib, out):
+    fig, axes = F.new_figure(len(families), len(sizes), (4.2 * len(sizes), 3.1 * len(families)))
+    width = 0.8 / len(SHOWN)
+    for i, fam in enumerate(families):
+        for j, size in enumerate(sizes):
+            ax = axes[i][j]
+            cell = [r for r in rows if r["family"] == fam and r["model"].endswith(size)
+                    and r["memory_limit_gib"] == limit_gib]
+            top = max((r["samples_per_s"] or 0.0) for r in cell) or 1.0
+            for g, batch in enumerate(batches):
+                for k, name in enumerate(SHOWN):
+                    r = next(x for x in cell if x["global_batch"] == batch and x["system"] == name)
+                    x = g + (k - (len(SHOWN) - 1) / 2) * width
+                    if r["samples_per_s"] is None:
+                        ax.text(x, 0.02 * top, "OOM", rotation=90, ha="center", va="bottom", fontsize=6,
+                                color=COLORS[name])
+                        continue
+                    ax.bar(x, r["samples_per_s"], width, color=COLORS[name],
+                           label=F.SYSTEMS[name] if g == 0 else None)
+                    if name == "obscura" and r["speedup_vs_dapple_plus"]:
+                        paper = ("\npaper %.2f-%.2f" % (r["paper_speedup_low"], r["paper_speedup_high"])
+                                 if r["paper_speedup_low"] else "")
+                        ax.text(x, r["samples_per_s"] * 1.01, "x%.2f%s" % (r["speedup_vs_dapple_plus"], paper),
+                                ha="center", va="bottom", fontsize=5.5)
+            ax.set_xticks(range(len(batches)))
+            ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
+            ax.set_ylim(0, top * 1.3)
+            ax.tick_params(axis="y", labelsize=7)
+            ax.set_title(f"{F.FAMILIES[fam]} {size.upper()}", fontsize=9, loc="left")
+            if j == 0:
+                ax.set_ylabel("samples / s (simulated)", fontsize=8)
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)
+    axes[0][0].legend(fontsize=6.5, frameon=False, ncol=2, loc="upper left")
+    title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {F.SEQ_LEN}, mb {F.MICRO_BATCH}, "
+             f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (ours vs the paper's)")
+    return F.save_figure(fig, out, "fig12_throughput", title, sources)
+
+
+def summary(rows, limit_gib) -> list[str]:
+    lines = []
+    for r in rows:
+        if r["system"] != "obscura" or r["memory_limit_gib"] != limit_gib:
+            continue
+        case = [x for x in rows if x["model"] == r["model"] and x["global_batch"] == r["global_batch"]
+                and x["memory_limit_gib"] == limit_gib]
+        cols = "  ".join("%s %s" % (F.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
+                                    else "%.3f" % x["samples_per_s"]) for x in case if x["system"] in SHOWN)
+        sp = r["speedup_vs_dapple_plus"]
+        paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
+        lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
+                     f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp}{paper}  "
+                     f"[plan {r['obscura_schedule']}, adjusted {r['obscura_adjusted'] or 'none'}]")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    F.add_common_args(ap, "18b,23b,28b", "16,32,64")
+    ap.add_argument("--h200-limit", default=F.H200_LIMIT,
+                    help=f"second limit planned for the CSV (default {F.H200_LIMIT}, the H200's total; 'none' skips)")
+    args = ap.parse_args(argv)
+
+    def body() -> int:
+        from planner.identify import parse_memory_limit
+        families = F.parse_list(args.families, "families", F.FAMILIES)
+        sizes = F.parse_list(args.sizes, "sizes", F.SIZES)
+        batches = F.parse_batches(args.batches)
+        limits = [args.memory_limit] + ([] if args.h200_limit.lower() == "none" else [args.h200_limit])
+        sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
+        tasks = [(src, size, b, lim, args.stages) for lim in limits for size in reversed(sizes)
+                 for src in sources for b in batches]
+        rows = F.run_tasks(F.throughput_rows, tasks, args.jobs)
+        rows.sort(key=lambda r: (families.index(r["family"]), sizes.index(r["model"].split("-")[1]),
+                                 r["memory_limit_gib"], r["global_batch"]))
+        csv_path = F.write_csv(f"{args.out}/fig12_throughput.csv", rows)
+        limit_gib = round(parse_memory_limit(args.memory_limit) / F.GIB, 3)
+        png = draw(rows, sources, families, sizes, batches, limit_gib, args.out)
+        print(F.source_text(sources))
+        for lim in sorted({r["memory_limit_gib"] for r in rows}):
+            print("\n".join(summary(rows, lim)))
+        print(f"wrote {png}\nwrote {csv_path}")
+        return 0
+
+    return F.cli_main("fig12_throughput", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
