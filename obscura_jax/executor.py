@@ -61,14 +61,24 @@ class IterationResult:
     ledger: MemoryLedger | None = None
 
 
-@functools.lru_cache(maxsize=None)
-def _update_fn(optimizer, sharding):
-    """One optimizer step that also hands back zeroed grad accumulators (all donated).
-    Cached so pipelines in one process (compare, tests) share compilations."""
-    def update(params, opt_state, grads):
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
-    return jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=sharding)
+_COMPILED_UPDATES: dict = {}
+
+
+def compiled_update(optimizer, sharding, params, opt_state, grads):
+    """One optimizer step that also hands back zeroed grad accumulators (all donated),
+    compiled ahead of time so no step pays for compilation. Cached by optimizer,
+    device and state shapes, so pipelines in one process share compilations."""
+    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                         (params, opt_state, grads))
+    key = (optimizer, sharding, jax.tree.structure(specs),
+           tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(specs)))
+    if key not in _COMPILED_UPDATES:
+        def update(params, opt_state, grads):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
+        _COMPILED_UPDATES[key] = jax.jit(update, donate_argnums=(0, 1, 2),
+                                         out_shardings=sharding).lower(*specs).compile()
+    return _COMPILED_UPDATES[key]
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,14 +124,19 @@ class PipelineExecutor:
         self.swap_enabled = swap_enabled
         self.swap_fraction = [spec.swap_fraction for spec in schedule.stages]
         self._loss_dy = programs[-1].loss_weight(self.m)
-        self._update = [_update_fn(optimizer, prog.sharding) for prog in programs]
+        self.optimizer = optimizer
         self._init = [_init_fn(optimizer, prog.sharding) for prog in programs]
+        self._update: list = []
 
     def init_state(self, stage_params: list[dict]) -> list[StageState]:
+        """Place each stage's params on its device, with fresh optimizer state and zero
+        grads (and compile the optimizer steps for them)."""
         states = []
         for prog, init, params in zip(self.programs, self._init, stage_params):
             params = jax.device_put(params, prog.sharding)
             states.append(StageState(params, init(params), prog.zero_grads(params)))
+        self._update = [compiled_update(self.optimizer, prog.sharding, st.params, st.opt_state, st.grads)
+                        for prog, st in zip(self.programs, states)]
         return states
 
     # ---- one iteration -----------------------------------------------------------
@@ -137,6 +152,8 @@ class PipelineExecutor:
 
     def apply_updates(self, states: list[StageState]) -> None:
         """One optimizer step per stage; grad accumulators come back zeroed."""
+        if not self._update:
+            raise ValueError("init_state() compiles the optimizer steps: call it first")
         for st, update in zip(states, self._update):
             st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
 

@@ -6,7 +6,9 @@ the same run would take with perfect overlap. Adjusted stages are also compiled
 with the run's base policy: bwd = the base backward, recompute = the adjusted
 backward minus it (the simulator adds it back on adjusted stages), act_bytes = the
 base residuals, act_bytes_recompute = the adjusted residuals. Transfers (stage to
-stage, device to host) are timed the same way.
+stage, device to host) are timed the same way. The optimizer step is timed in the
+run itself (trainer: the recorded iteration), not here: timing it standalone would
+need a copy of a stage's whole training state.
 """
 from __future__ import annotations
 
@@ -79,7 +81,6 @@ def _stage_inputs(pipe: Pipeline, s: int):
 @dataclass(frozen=True)
 class MeasuredCosts:
     costs: StageCosts
-    update_seconds: tuple[float, ...]      # optimizer step per stage
     base_bwd: tuple[float, ...]
     adjusted_bwd: tuple[float, ...]
     host_bandwidth_out: float
@@ -91,21 +92,7 @@ class MeasuredCosts:
                 "act_bytes_recompute": c.act_bytes_recompute, "weight_bytes": c.weight_bytes,
                 "boundary_bytes": c.boundary_bytes, "p2p_bandwidth": c.p2p_bandwidth,
                 "host_bandwidth": c.host_bandwidth, "host_bandwidth_out": self.host_bandwidth_out,
-                "host_bandwidth_in": self.host_bandwidth_in, "optimizer_step": self.update_seconds}
-
-
-def _time_update(pipe: Pipeline, s: int, st: StageState, reps: int) -> float:
-    """Optimizer step on copies of the stage's state (the real state is donated)."""
-    update = pipe.executor._update[s]
-    copy = jax.jit(lambda t: jax.tree.map(jnp.copy, t))
-    box = [copy((st.params, st.opt_state, st.grads))]
-
-    def step():
-        box[0] = update(*box[0])
-        jax.block_until_ready(box[0])
-    t = timed(step, reps)
-    del box[0]
-    return t
+                "host_bandwidth_in": self.host_bandwidth_in}
 
 
 def _time_transfer(x, sharding, reps: int) -> float:
@@ -114,7 +101,7 @@ def _time_transfer(x, sharding, reps: int) -> float:
 
 def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: int = 3) -> MeasuredCosts:
     p = pipe.schedule.num_stages
-    fwd, bwd, rec, act, act_rec, weight, boundary, upd = ([] for _ in range(8))
+    fwd, bwd, rec, act, act_rec, weight, boundary = ([] for _ in range(7))
     base_bwd, adj_bwd = [], []
     host_out, host_in = [], []
     base = models.resolve_policy(base_policy, pipe.cfg.family)
@@ -140,7 +127,6 @@ def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: i
         act_rec.append(prog.residual_bytes)
         weight.append(tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state))
         boundary.append(0 if prog.returns_loss else prog.output_bytes)
-        upd.append(_time_update(pipe, s, st, reps))
         if spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions):
             _, res = (prog.forward(st.params, x, targets) if prog.returns_loss else prog.forward(st.params, x))
             swap = HostSwap(pipe.executor.swap.mechanism)  # own counters: not the run's
@@ -169,4 +155,4 @@ def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: i
     costs = StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(rec), act_bytes=tuple(act),
                        act_bytes_recompute=tuple(act_rec), weight_bytes=tuple(weight),
                        boundary_bytes=tuple(boundary), p2p_bandwidth=p2p_bw, host_bandwidth=host_bw)
-    return MeasuredCosts(costs, tuple(upd), tuple(base_bwd), tuple(adj_bwd), bw_out, bw_in)
+    return MeasuredCosts(costs, tuple(base_bwd), tuple(adj_bwd), bw_out, bw_in)

@@ -58,7 +58,9 @@ def train_report(res: dict) -> str:
         gb = lambda v: f"{v:.2f} GB/s" if v else "-"
         out.append(f"swap: {fmt_bytes(sw['bytes_out'])} out / {fmt_bytes(sw['bytes_in'])} in over the run; "
                    f"in-run {gb(sw.get('measured_gbps_out'))} out, {gb(sw.get('measured_gbps_in'))} in; "
-                   f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in")
+                   f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in"
+                   + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
+                      if sw.get("overlap_with_compute") is not None else ""))
     rows = []
     for s, st in enumerate(res["stages"]):
         m = st.get("measured") or {}
@@ -70,7 +72,13 @@ def train_report(res: dict) -> str:
     out.append(table(["stage", "units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows))
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
         out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
-                   "+ XLA scratch (no memory_stats on this device)")
+                   "+ XLA scratch (no memory_stats for this stage alone)")
+    shared_peaks = {}
+    for st in res["stages"]:
+        if st["peak_source"] != "memory_stats" and st.get("device_peak_bytes"):
+            shared_peaks[st["device"]] = st["device_peak_bytes"]
+    for dev, peak in shared_peaks.items():
+        out.append(f"memory_stats peak of shared device {dev}: {fmt_bytes(peak)}")
     return "\n".join(out)
 
 

@@ -36,6 +36,8 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="params and data seed (default 0)")
     g.add_argument("--compute-dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="override the model's activation dtype")
+    g.add_argument("--layers", type=int, default=None, metavar="L",
+                   help="override the model's layer count (e.g. a 1B-per-stage slice of a big model)")
 
     g = p.add_argument_group("pipeline")
     g.add_argument("--stages", type=int, default=None, metavar="P", help="pipeline stages (default 4)")
@@ -90,9 +92,11 @@ def needed_stages(args) -> int:
 
 
 def run_config(args, **overrides) -> RunConfig:
-    model_overrides = ()
+    model_overrides = []
     if getattr(args, "compute_dtype", None):
-        model_overrides = (("compute_dtype", args.compute_dtype),)
+        model_overrides.append(("compute_dtype", args.compute_dtype))
+    if getattr(args, "layers", None) is not None:
+        model_overrides.append(("num_layers", args.layers))
     kw = dict(
         model=args.model, stages=args.stages, microbatches=args.microbatches,
         schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),
@@ -105,7 +109,7 @@ def run_config(args, **overrides) -> RunConfig:
         checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
         learning_rate=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
-        model_overrides=model_overrides)
+        model_overrides=tuple(model_overrides))
     kw.update(overrides)
     return RunConfig(**kw)
 

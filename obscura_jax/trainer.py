@@ -44,6 +44,7 @@ class TrainOutcome:
     device_peaks: list | None = None
     swap_counters: dict = field(default_factory=dict)
     start_step: int = 0
+    update_seconds: float | None = None   # optimizer step of all stages, timed in the recorded step
 
     def stage_params(self) -> dict:
         """The whole model's params (unit name -> tree), gathered to host."""
@@ -116,12 +117,17 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
             record = run.record_timeline and step == last
             recorder = EventRecorder(pipe.executor.devices).__enter__() if record else None
             t0 = time.perf_counter()
-            result = pipe.executor.run_iteration(states, tokens, targets, recorder=recorder,
-                                                 track_memory=True)
+            result = pipe.executor.run_actions(states, tokens, targets, recorder=recorder,
+                                               track_memory=True)
+            if recorder is not None:  # the recorded step also times the optimizer step alone
+                jax.block_until_ready([st.grads for st in states])
+                t_actions = time.perf_counter()
+            pipe.executor.apply_updates(states)
             jax.block_until_ready([st.params for st in states])
             losses = np.asarray(result.losses)
             seconds = time.perf_counter() - t0
             if recorder is not None:
+                outcome.update_seconds = seconds - (t_actions - t0)
                 events = recorder.close()
                 outcome.timeline = measured_timeline(pipe, events)
             loss = float(losses.mean())
@@ -178,14 +184,12 @@ def summarize(out: TrainOutcome) -> dict:
     recorded = [s.seconds for s in logs if s.recorded]
     sim = out.simulated
     measured = out.measured
-    update_time = None
+    update_time = out.update_seconds
     simulated_time = None
-    if measured is not None and sim is not None:
-        per_device: dict[int, float] = {}
-        for d, t in zip(pipe.placement.devices, measured.update_seconds):
-            per_device[d.id] = per_device.get(d.id, 0.0) + t
-        update_time = max(per_device.values())
-        simulated_time = sim.makespan + update_time
+    if sim is not None:
+        # The simulator covers the schedule's actions; the optimizer step after them
+        # is added as measured in the recorded iteration.
+        simulated_time = sim.makespan + (update_time or 0.0)
     stages = []
     for s, row in enumerate(pipe.stage_rows()):
         st = out.states[s]
@@ -193,11 +197,14 @@ def summarize(out: TrainOutcome) -> dict:
         prog = pipe.programs[s]
         accounted = weight + (out.ledger_peak[s] if out.ledger_peak else 0) + prog.temp_bytes
         device_peak = out.device_peaks[s] if out.device_peaks else None
+        # memory_stats is per device: it is this stage's peak only if no other stage shares it.
+        alone = sum(d.id == prog.device.id for d in pipe.placement.devices) == 1
+        own_peak = device_peak if alone else None
         row.update({"weight_bytes": weight, "peak_activation_bytes": out.ledger_peak[s] if out.ledger_peak else 0,
                     "temp_bytes": prog.temp_bytes, "accounted_peak_bytes": accounted,
                     "device_peak_bytes": device_peak,
-                    "peak_bytes": device_peak if device_peak is not None else accounted,
-                    "peak_source": "memory_stats" if device_peak is not None else "accounting"})
+                    "peak_bytes": own_peak if own_peak is not None else accounted,
+                    "peak_source": "memory_stats" if own_peak is not None else "accounting"})
         if sim is not None:
             row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim.stages[s].peak_activation_bytes
         if out.timeline is not None:
@@ -215,6 +222,7 @@ def summarize(out: TrainOutcome) -> dict:
             busy = sum(o.duration for o in ops)
             nbytes = _swapped_bytes_per_iteration(pipe, kind)
             swap[f"measured_gbps_{key}"] = (nbytes / busy / 1e9) if busy > 0 and nbytes else None
+        swap["overlap_with_compute"] = _swap_overlap(out.timeline, pipe.placement.devices)
     if measured is not None:
         swap["standalone_gbps_out"] = _gbps(measured.host_bandwidth_out)
         swap["standalone_gbps_in"] = _gbps(measured.host_bandwidth_in)
@@ -245,7 +253,7 @@ def summarize(out: TrainOutcome) -> dict:
         result["simulated_serial_time"] = sum(
             m * (c.fwd[s] + c.backward_time(s, spec.adjusted))
             for s, spec in enumerate(pipe.schedule.stages)
-            for m in [pipe.schedule.num_microbatches]) + update_time
+            for m in [pipe.schedule.num_microbatches]) + (update_time or 0.0)
     return result
 
 
@@ -264,3 +272,31 @@ def _swapped_bytes_per_iteration(pipe: Pipeline, kind: Kind) -> int:
         slots = choose_leaves(prog.residual_leaf_bytes, spec.swap_fraction)
         total += n * sum(prog.residual_leaf_bytes[i] for i in slots)
     return total
+
+
+def _swap_overlap(timeline: Timeline, devices) -> float | None:
+    """Share of the measured SO/SI time that ran while its device was computing
+    (an in-run view of how well copies hide; the no-swap comparison in
+    obscura_jax.benchmark is the end-to-end one)."""
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for o in timeline.ops:
+        if o.kind in (Kind.F, Kind.B):
+            busy.setdefault(devices[o.stage].id, []).append((o.start, o.end))
+    merged = {}
+    for dev, spans in busy.items():
+        spans.sort()
+        out = [list(spans[0])]
+        for a, b in spans[1:]:
+            if a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        merged[dev] = out
+    total = hidden = 0.0
+    for o in timeline.ops:
+        if o.kind not in (Kind.SO, Kind.SI) or o.end <= o.start:
+            continue
+        total += o.end - o.start
+        for a, b in merged.get(devices[o.stage].id, ()):
+            hidden += max(0.0, min(b, o.end) - max(a, o.start))
+    return hidden / total if total > 0 else None
