@@ -102,6 +102,8 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
               mechanisms: list[str], timeout: float, log=print) -> dict:
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+    # The runs share most stage programs: compile them once across the processes.
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/obscura_jax_compile_cache")
     results, failures = {}, {}
     for label, argv in gpu_configs(layers, seq_len, microbatches, steps, mechanisms).items():
         path = out / f"gpu_{label}.json"
