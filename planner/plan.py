@@ -282,8 +282,10 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     k, best = ident.last_adjusted, None
     if k < 0:
         best = evaluate(setting, Config("1f1b", even, (), ident.recompute, (0,) * p))
-    else:
-        for k in range(ident.last_adjusted, p):
+        if not best.fits:  # what waits in an inbox tipped it over: adjust stage 0 onwards
+            best, k = None, 0
+    if best is None:
+        for k in range(max(k, 0), p):
             fixed = fixed_sets(setting, even, k, cmb)
             best = best_obscura(setting, even, k, fixed, swap, ip) if fixed is not None else None
             if best is not None:

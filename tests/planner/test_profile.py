@@ -1,0 +1,98 @@
+import json
+import math
+
+import pytest
+
+from planner.errors import ProfileError
+from planner.profile import (FULL, OpProfile, UnitProfile, derive_profile, load_profile,
+                             profile_from_json, save_profile, unit_kinds)
+from tests.planner.synthetic import MB, synthetic_profile
+
+
+def test_json_round_trip(tmp_path):
+    prof = synthetic_profile()
+    path = tmp_path / "p.json"
+    save_profile(prof, path)
+    again = load_profile(path)
+    assert again == prof
+    assert again.family == "llama"
+    assert json.loads(path.read_text())["format"] == "obscura-profile/1"
+
+
+def test_kept_bytes_and_recompute_time_follow_the_contract():
+    attn = synthetic_profile().unit("attn")
+    assert attn.kept_bytes(()) == 1 * MB + 5 * MB  # input + every op
+    assert attn.kept_bytes({"q", "attn_core"}) == 1 * MB + 3 * MB
+    assert attn.kept_bytes({FULL}) == attn.input_bytes
+    assert attn.recompute_time({"q", "attn_core"}) == pytest.approx(0.5)
+    assert attn.recompute_time({FULL}) == attn.fwd_time
+    # never more than the whole forward, whatever the per-op figures say
+    noisy = UnitProfile(1.0, 2.0, 0, 0, {"q": OpProfile(0.8, 1), "k": OpProfile(0.8, 1)})
+    assert noisy.recompute_time({"q", "k"}) == 1.0
+    assert unit_kinds(2) == ("embed", "attn", "mlp", "attn", "mlp", "head")
+
+
+def test_derive_profile_keeps_per_layer_costs():
+    prof = synthetic_profile(num_layers=8)
+    big = derive_profile(prof, 88, model="llama-synthetic-88")
+    assert big.num_layers == 88 and big.num_units == 178
+    assert big.units == prof.units and big.model == "llama-synthetic-88"
+
+
+def _doc():
+    return synthetic_profile().to_json()
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d.update(format="obscura-profile/2"), "not an obscura-profile/1"),
+    (lambda d: d["units"].pop("mlp"), "missing unit 'mlp'"),
+    (lambda d: d.pop("seq_len"), "missing key 'seq_len'"),
+    (lambda d: d["units"]["attn"].update(fwd_time=-1.0), "negative"),
+    (lambda d: d["units"]["attn"]["ops"]["q"].update(fwd_time=-0.5), "units.attn.ops.q.fwd_time is negative"),
+    (lambda d: d["units"]["mlp"]["ops"].update(mlp_magic={"fwd_time": 0, "act_bytes": 0}), "unknown op 'mlp_magic'"),
+    (lambda d: d["units"]["head"].update(bwd_time="fast"), "must be a number"),
+    (lambda d: d["units"]["head"].update(bwd_time=True), "must be a number"),
+    (lambda d: d["units"]["attn"].update(weight_bytes=math.inf), "must be finite"),
+    (lambda d: d["units"].update(conv={}), "unknown unit kind 'conv'"),
+    (lambda d: d.update(host_bandwidth=0), "must be > 0"),
+    (lambda d: d.update(num_layers=0), "positive integer"),
+    (lambda d: d["units"]["attn"]["ops"]["q"].pop("act_bytes"), "missing 'act_bytes'"),
+])
+def test_malformed_profiles_are_rejected_with_one_line(mutate, needle):
+    d = _doc()
+    mutate(d)
+    with pytest.raises(ProfileError) as e:
+        profile_from_json(json.loads(json.dumps(d, allow_nan=True)))
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_gpt_ops_are_not_llama_ops():
+    d = _doc()
+    d["units"]["attn"]["ops"]["qkv"] = {"fwd_time": 0.1, "act_bytes": 1}
+    with pytest.raises(ProfileError, match="unknown op 'qkv'.*llama"):
+        profile_from_json(d)
+    d["model"] = "gpt3-something"
+    d["units"]["attn"]["ops"] = {"qkv": {"fwd_time": 0.1, "act_bytes": 1}}
+    d["units"]["mlp"]["ops"] = {"mlp_up": {"fwd_time": 0.1, "act_bytes": 1}}
+    assert profile_from_json(d).family == "gpt"
+
+
+def test_load_profile_names_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="malformed profile .*bad.json"):
+        load_profile(bad)
+    with pytest.raises(ValueError, match="profile not found"):
+        load_profile(tmp_path / "missing.json")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"format": "obscura-plan/1"}))
+    with pytest.raises(ProfileError, match=r"wrong.json: not an obscura-profile/1"):
+        load_profile(wrong)
+
+
+def test_extra_keys_from_other_tools_are_accepted():
+    d = _doc()
+    d["tool"] = "someone else's profiler"
+    d["units"]["attn"]["notes"] = "measured"
+    assert profile_from_json(d) == synthetic_profile()

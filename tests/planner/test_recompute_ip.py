@@ -1,0 +1,92 @@
+"""The CP-SAT op choice against a brute force over every op subset (same model)."""
+import random
+
+import pytest
+
+from planner.costs import stage_views
+from planner.profile import FULL, OpProfile, Profile, UnitProfile
+from planner.recompute_ip import RecomputeProblem, StageProblem, brute_force, evaluate, solve
+from planner.search import Setting, stage_problem
+
+KB = 1024
+
+
+def few_op_profile(rng: random.Random) -> Profile:
+    """A handful of ops per kind, random costs (distinct, so optima are unique)."""
+    def unit(fwd, ops):
+        return UnitProfile(fwd, 2 * fwd, rng.uniform(50, 200) * KB, rng.uniform(2, 8) * KB,
+                           {n: OpProfile(rng.uniform(0.01, 0.4) * fwd, rng.uniform(1, 40) * KB) for n in ops})
+    units = {"embed": unit(0.1, ["embed"]), "attn": unit(1.0, ["attn_norm", "q", "attn_core"]),
+             "mlp": unit(2.0, ["mlp_norm", "mlp_act", "mlp_mul"]), "head": unit(0.5, ["final_norm", "logits"])}
+    return Profile("llama-few-ops", "synthetic", 2, 64, 1, rng.uniform(5, 80) * KB, 1e12, 0.0, units)
+
+
+def problem(prof, k, limit, lam_k, beta, resident):
+    part = ((0, 2), (2, 4), (4, 6))
+    setting = Setting(prof, 8, limit)
+    stages = tuple(stage_problem(setting, part, s, resident[s] - (beta * (lam_k + k - s) if lam_k else 0),
+                                 (lam_k + k - s) if lam_k else 0, 0.0) for s in range(k + 1))
+    views = stage_views(prof, part)
+    c_non = max(v.fwd + v.bwd for v in views[k + 1:])
+    return RecomputeProblem(stages, 3, 8, beta if lam_k else 0.0, prof.host_bandwidth, c_non)
+
+
+def _fraction_limit(prof, frac, resident):
+    """A limit between whole-unit recompute (frac 0) and no recompute (frac 1) for stage 0."""
+    part = ((0, 2), (2, 4), (4, 6))
+    v = stage_views(prof, part)[0]
+    low = v.weight_bytes + resident * v.input_bytes
+    high = v.weight_bytes + resident * (v.input_bytes + sum(b for _, b in v.op_bytes))
+    return low + frac * (high - low) + 60 * KB
+
+
+CASES = [(seed, frac, k, lam, beta) for seed in range(6) for frac in (0.2, 0.45, 0.7, 1.1)
+         for k, lam, beta in ((0, 0, 0.0), (1, 0, 0.0), (1, 1, 1.0), (0, 2, 0.5))]
+
+
+@pytest.mark.parametrize("seed, frac, k, lam, beta", CASES)
+def test_cpsat_choice_equals_brute_force(seed, frac, k, lam, beta):
+    rng = random.Random(seed)
+    prof = few_op_profile(rng)
+    resident = (5, 4, 3)
+    limit = _fraction_limit(prof, frac, resident[0])
+    pr = problem(prof, k, limit, lam, beta, resident)
+    got, want = solve(pr), brute_force(pr)
+    assert (got is None) == (want is None)
+    if want is None:
+        return
+    assert got.iteration_time == pytest.approx(want.iteration_time, rel=1e-6)
+    assert sum(c.recompute_time for c in got.stages) == pytest.approx(
+        sum(c.recompute_time for c in want.stages), rel=1e-6, abs=1e-9)
+    assert got.sets == want.sets
+    ok, *_ = evaluate(pr, got.sets)
+    assert ok  # the integer rounding never accepts what the float model rejects
+
+
+def test_tighter_limits_recompute_more():
+    rng = random.Random(7)
+    prof = few_op_profile(rng)
+    times = []
+    for frac in (1.1, 0.8, 0.5, 0.2, 0.0):
+        sol = solve(problem(prof, 0, _fraction_limit(prof, frac, 4), 0, 0.0, (4, 3, 2)))
+        assert sol is not None
+        times.append(sum(c.recompute_time for c in sol.stages))
+        assert all(c.peak_bytes <= _fraction_limit(prof, frac, 4) for c in sol.stages[:1])
+    assert times == sorted(times) and times[0] == 0 and times[-1] > 0
+
+
+def test_infeasible_below_whole_unit_recompute():
+    rng = random.Random(3)
+    prof = few_op_profile(rng)
+    pr = problem(prof, 0, _fraction_limit(prof, 0.0, 5) - 200 * KB, 0, 0.0, (5, 4, 3))
+    assert solve(pr) is None and brute_force(pr) is None
+
+
+def test_full_preset_is_chosen_when_cheaper_than_every_op():
+    # per-op times sum above the unit forward: "full" (capped at fwd) must win when all must go
+    # resident 3: nothing recomputed 63, one op 43, both ops or full 23 (3 kept + 20 rematerialised)
+    st = StageProblem(ops=("a", "b"), op_time=(0.8, 0.8), op_bytes=(10.0, 10.0), unit_op_bytes=((10.0, 10.0),),
+                      base_bytes=1.0, full_time=1.0, fwd=1.0, bwd=2.0, weight_bytes=0.0, resident=3.0,
+                      memory_limit=25.0)
+    pr = RecomputeProblem((st,), 2, 4, c_non=3.0)
+    assert solve(pr).sets == (frozenset({FULL}),) == brute_force(pr).sets
