@@ -189,3 +189,19 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
          if e["attention"] == "xla"}
     assert src[2, "cmb", "xla"] == ("derived" if t[1, "full"] > t[1, "none"] else "analytic")
     assert src[1, "selective", "xla"] == "analytic" and src[1, "none", "cudnn"] == "analytic"
+
+
+def test_bench_priority_order():
+    from planner.layouts.layer_bench import plan_tasks
+    tasks = plan_tasks(("llama2-13b", "llama-30b"), (2048, 8192), (1, 2, 4), ("xla", "cudnn"),
+                       ("none", "selective", "mlp", "cmb", "full"))
+    assert len(tasks) == 2 * 2 * (2 * 5 + 2 * 2 * 2)    # pruned: no non-anchor policy at mbs > 1
+    assert len(set(tasks)) == len(tasks)
+    kinds = [(t.attention, t.micro_batch > 1, t.policy in ("none", "full")) for t in tasks]
+    order = list(dict.fromkeys(kinds))
+    assert order == [("cudnn", False, True), ("cudnn", False, False), ("xla", False, True),
+                     ("cudnn", True, True), ("xla", False, False), ("xla", True, True)]
+    full = plan_tasks(("llama2-13b",), (2048,), (1, 2), ("cudnn",), ("none", "cmb", "full"),
+                      full_grid=True)
+    assert {(t.micro_batch, t.policy) for t in full} == {(b, p) for b in (1, 2)
+                                                         for p in ("none", "cmb", "full")}
