@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from planner.layouts.hardware import GiB
-from planner.layouts.sweep import ANALYTIC, SweepResult
+from planner.layouts.sweep import ANALYTIC, SCALED, SweepResult
 
 CSV_FIELDS = ("rank", "fits", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
               "num_microbatches", "policy", "attention", "cost_source", "memory_per_gpu_gib",
@@ -43,6 +43,14 @@ def header(r: SweepResult) -> list[str]:
     ]
 
 
+def _source(source: str) -> str:
+    if source == ANALYTIC:
+        return "analytic"
+    if source == SCALED:
+        return "analytic, scaled to measured"
+    return f"{source} layer costs"
+
+
 def table(r: SweepResult, top: int = 20) -> list[str]:
     lines = [f"{'#':>3} {'MFU':>6}  {'mbs/TP/PP/SP':<12} {'DP':>3} {'m':>5}  {'policy':<9} "
              f"{'attn':<5} {'mem/GPU':>9} {'iter s':>7} {'bubble':>6}  source"]
@@ -51,7 +59,7 @@ def table(r: SweepResult, top: int = 20) -> list[str]:
         lines.append(f"{i:>3} {x.mfu * 100:5.1f}%  {lo.label:<12} {lo.dp:>3} {lo.num_microbatches:>5}  "
                      f"{lo.policy:<9} {lo.attention:<5} {x.memory.total / GiB:6.1f}GiB "
                      f"{x.time.total:7.2f} {x.time.bubble_fraction * 100:5.1f}%  "
-                     f"{'analytic' if x.source == ANALYTIC else x.source + ' layer costs'}")
+                     f"{_source(x.source)}")
     return lines
 
 

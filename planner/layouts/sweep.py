@@ -4,11 +4,12 @@
 
 Per layout the per-unit costs come from measured layer costs when the measurement
 file has the (layer shape, seq, micro-batch, attention, policy) entry (or can
-derive it), else from the analytic roofline; each row says which.
+derive it), else from the analytic roofline (scaled to the file's measured points
+of the same shape and seq when there are any); each row says which.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.layouts.hardware import Hardware
 from planner.layouts.measured import MeasuredLayers, calibrate
@@ -18,7 +19,7 @@ from planner.layouts.space import Layout, LayoutGrid, enumerate_layouts, explain
 from planner.layouts.timing import IterationTime, iteration_time
 from planner.layouts.unit_costs import analytic_unit_costs
 
-ANALYTIC, MEASURED, DERIVED = "analytic", "measured", "derived"
+ANALYTIC, MEASURED, DERIVED, SCALED = "analytic", "measured", "derived", "scaled"
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,27 @@ def _rank_key(r: LayoutResult):
 
 
 class _Costs:
-    """Per-unit costs, cached per (mbs, attention, policy, TP, SP)."""
+    """Per-unit costs, cached per (mbs, attention, policy, TP, SP).
 
-    def __init__(self, shape, seq_len, hw, measured: MeasuredLayers | None):
+    With a measurement file, points no rule reaches would rank with the analytic
+    model's optimism against calibrated rows. They are scaled instead by the mean
+    measured/analytic ratio of this shape and sequence length (labelled SCALED), so
+    a table stays comparable; with no measured point at all they stay ANALYTIC."""
+
+    def __init__(self, shape, seq_len, hw, measured: MeasuredLayers | None, layouts):
         self.shape, self.seq_len, self.hw, self.measured = shape, seq_len, hw, measured
         self._cache: dict = {}
-        self.slowdowns: list[float] = []     # measured / analytic layer time, per calibration
+        self._factors: dict = {}
+        self.slowdowns: list[float] = []     # measured / analytic layer time, per point
+        for key in sorted({(l.micro_batch, l.attention, l.policy) for l in layouts}):
+            m = None if measured is None else measured.lookup(shape.layer_key(), seq_len, *key)
+            if m is not None:
+                tp1 = analytic_unit_costs(shape, seq_len, *key, 1, False, hw)
+                _, f = calibrate(tp1, tp1, m)
+                a = tp1["attn"].fwd + tp1["mlp"].fwd, tp1["attn"].bwd + tp1["mlp"].bwd
+                self._factors[key] = (m, tp1)
+                self.slowdowns.append((f["fwd"] * a[0] + f["bwd"] * a[1]) / (a[0] + a[1]))
+        self.scale = sum(self.slowdowns) / len(self.slowdowns) if self.slowdowns else None
 
     def __call__(self, layout: Layout):
         key = (layout.micro_batch, layout.attention, layout.policy, layout.tp, layout.sp)
@@ -108,16 +124,17 @@ class _Costs:
 
     def _compute(self, mbs, attention, policy, tp, sp):
         units = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, tp, sp, self.hw)
-        if self.measured is None:
+        found = self._factors.get((mbs, attention, policy))
+        if found is not None:
+            m, tp1 = found
+            return calibrate(units, tp1, m)[0], m.source
+        if self.scale is None:
             return units, ANALYTIC
-        m = self.measured.lookup(self.shape.layer_key(), self.seq_len, mbs, attention, policy)
-        if m is None:
-            return units, ANALYTIC
-        tp1 = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, 1, False, self.hw)
-        units, f = calibrate(units, tp1, m)
-        a = tp1["attn"].fwd + tp1["mlp"].fwd, tp1["attn"].bwd + tp1["mlp"].bwd
-        self.slowdowns.append((f["fwd"] * a[0] + f["bwd"] * a[1]) / (a[0] + a[1]))
-        return units, m.source
+        k = self.scale
+        return {kind: replace(u, fwd=(u.fwd - u.comm_fwd) * k + u.comm_fwd,
+                              bwd=(u.bwd - u.comm_bwd) * k + u.comm_bwd,
+                              recompute=(u.recompute - u.comm_recompute) * k + u.comm_recompute)
+                if kind in ("attn", "mlp") else u for kind, u in units.items()}, SCALED
 
 
 def evaluate_layout(layout: Layout, shape: ModelShape, seq_len: int, units: dict, source: str,
@@ -149,7 +166,7 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
     if not layouts:
         raise ValueError(explain_empty(grid, skipped))
     fpt = shape.flops_per_token(seq_len)
-    costs = _Costs(shape, seq_len, hw, measured)
+    costs = _Costs(shape, seq_len, hw, measured, layouts)
     stages_of = {pp: stage_kinds(shape, pp) for pp in {l.pp for l in layouts}}
     results = []
     for i, layout in enumerate(layouts):
@@ -161,15 +178,15 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
     fitting = sorted((r for r in results if r.fits), key=_rank_key)
     rest = sorted((r for r in results if not r.fits), key=lambda r: r.memory.total)
     notes = []
-    analytic = sum(r.source == ANALYTIC for r in results)
-    if measured is not None and analytic == len(results):
+    scaled = sum(r.source == SCALED for r in results)
+    if measured is not None and costs.scale is None:
         notes.append(f"the measured layer file {measured.path} has no entry for this layer shape "
                      f"at seq {seq_len}: all costs are analytic")
-    elif measured is not None and analytic:
+    elif scaled:
         lo, hi = min(costs.slowdowns), max(costs.slowdowns)
-        notes.append(f"{analytic} of {len(results)} layouts have analytic layer costs (no measurement "
-                     f"or derivation reaches them); measured layers here take {lo:.2f}-{hi:.2f}x the "
-                     f"analytic time, so compare rows of one source")
+        notes.append(f"{scaled} of {len(results)} layouts have no measured or derived layer cost: "
+                     f"their analytic times are scaled by {costs.scale:.2f}, the mean measured/"
+                     f"analytic ratio of this file's points here ({lo:.2f}-{hi:.2f})")
     return SweepResult(shape, seq_len, grid, hw, state, tuple(fitting + rest), tuple(skipped),
                        measured.path if measured else None, measured.device if measured else None,
                        fpt, tuple(notes))

@@ -144,11 +144,12 @@ def test_sweep_uses_measured_costs_and_labels_rows(shape13):
     by = {(x.layout.pp, x.layout.policy, x.layout.attention): x for x in r.results}
     base = {(x.layout.pp, x.layout.policy, x.layout.attention): x for x in a.results}
     for (pp, policy, att), x in by.items():
-        assert x.source == ("measured" if att == "cudnn" else "analytic")
-        if att == "cudnn" and x.fits:
+        # xla has no measured point: its analytic costs are scaled by the file's
+        # mean measured/analytic ratio (1.5 here) so rows stay comparable
+        assert x.source == ("measured" if att == "cudnn" else "scaled")
+        if x.fits:
             assert x.time.pipeline > 1.3 * base[pp, policy, att].time.pipeline
-        if att == "xla" and x.fits:
-            assert x.mfu == base[pp, policy, att].mfu
+    assert any("scaled by 1.50" in n for n in r.notes)
     assert r.to_json()["measured_layer_costs"] == "fake.json"
     other = MeasuredLayers({"format": FORMAT, "entries": []}, "empty.json")
     assert "no entry for this layer shape" in run_sweep(model_config("llama2-13b"), 2048, grid,
@@ -187,8 +188,8 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
     # of a tiny layer are noisy; the rule itself is tested on exact numbers above)
     t = {(e["micro_batch"], e["policy"]): e.get("bwd_time") for e in data["entries"]
          if e["attention"] == "xla"}
-    assert src[2, "cmb", "xla"] == ("derived" if t[1, "full"] > t[1, "none"] else "analytic")
-    assert src[1, "selective", "xla"] == "analytic" and src[1, "none", "cudnn"] == "analytic"
+    assert src[2, "cmb", "xla"] == ("derived" if t[1, "full"] > t[1, "none"] else "scaled")
+    assert src[1, "selective", "xla"] == "scaled" and src[1, "none", "cudnn"] == "scaled"
 
 
 def test_bench_priority_order():
