@@ -22,13 +22,25 @@ import jax.numpy as jnp
 import models
 from obscura_jax.engine import Pipeline, build_program
 from obscura_jax.executor import StageState
-from obscura_jax.stage_program import StageProgram
+from obscura_jax.stage_program import Residuals, StageProgram
 from obscura_jax.swap import HostSwap
 from schedules.costs import StageCosts
 
 
 def tree_bytes(tree) -> int:
     return sum(int(x.nbytes) for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
+
+
+def _wait(result):
+    """Block on every array in a result, Residuals included (not a pytree)."""
+    if isinstance(result, Residuals):
+        jax.block_until_ready(result.leaves)
+    elif isinstance(result, tuple):
+        for r in result:
+            _wait(r)
+    else:
+        jax.block_until_ready(result)
+    return result
 
 
 def timed(fn, reps: int) -> float:
@@ -54,7 +66,7 @@ def time_stage(prog: StageProgram, params, x, targets, reps: int) -> StageTiming
     dy = prog.loss_weight(1) if prog.returns_loss else jnp.ones(prog.output_spec.shape, prog.output_spec.dtype,
                                                                 device=prog.sharding)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
-    t_fwd = timed(lambda: jax.block_until_ready(prog.forward(*fwd_args)), reps)
+    t_fwd = timed(lambda: _wait(prog.forward(*fwd_args)), reps)
     _, res = prog.forward(*fwd_args)
     grads = [prog.zero_grads(params)]
 
@@ -131,10 +143,10 @@ def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: i
             _, res = (prog.forward(st.params, x, targets) if prog.returns_loss else prog.forward(st.params, x))
             swap = HostSwap(pipe.executor.swap.mechanism)  # own counters: not the run's
             out = [None]
-            t_out = timed(lambda: out.__setitem__(0, jax.block_until_ready(
-                swap.swap_out(res, spec.swap_fraction, prog.device))), reps)
+            t_out = timed(lambda: out.__setitem__(0, _wait(swap.swap_out(res, spec.swap_fraction, prog.device))),
+                          reps)
             moved = out[0].host_bytes
-            t_in = timed(lambda: jax.block_until_ready(swap.swap_in(out[0], prog.device)), reps)
+            t_in = timed(lambda: _wait(swap.swap_in(out[0], prog.device)), reps)
             if moved:
                 host_out.append(moved / t_out)
                 host_in.append(moved / t_in)

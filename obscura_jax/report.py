@@ -51,8 +51,9 @@ def train_report(res: dict) -> str:
     tps = res.get("tokens_per_second")
     d = res["dispatch_us"]
     out.append(f"tokens/s {tps:,.0f}" if tps else "tokens/s -")
-    out.append("host dispatch per action: " + "  ".join(
-        f"{k} {d[k]:.0f} us" for k in ("F", "B", "SO", "SI", "all") if d.get(k) is not None))
+    out.append("host dispatch per action (mean): " + "  ".join(
+        f"{k} {d[k]:.0f} us" for k in ("F", "B", "SO", "SI", "all") if d.get(k) is not None)
+        + (f"; median {d['all_median']:.0f} us, p10 {d['all_p10']:.0f} us" if d.get("all_median") else ""))
     sw = res.get("swap") or {}
     if sw.get("bytes_out"):
         gb = lambda v: f"{v:.2f} GB/s" if v else "-"

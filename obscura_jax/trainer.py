@@ -213,8 +213,12 @@ def summarize(out: TrainOutcome) -> dict:
                                                            "comm_wait", "swap")}
         stages.append(row)
     dispatch = {k: (1e6 * statistics.mean(v) if v else None) for k, v in out.dispatch.items()}
-    all_d = [x for v in out.dispatch.values() for x in v]
+    all_d = sorted(x for v in out.dispatch.values() for x in v)
     dispatch["all"] = 1e6 * statistics.mean(all_d) if all_d else None
+    # The mean includes back-pressure (a full device queue blocks dispatch); the low
+    # percentiles are the host's own cost per action.
+    dispatch["all_median"] = 1e6 * statistics.median(all_d) if all_d else None
+    dispatch["all_p10"] = 1e6 * all_d[len(all_d) // 10] if all_d else None
     swap = dict(out.swap_counters)
     if out.timeline is not None:
         for kind, key in ((Kind.SO, "out"), (Kind.SI, "in")):

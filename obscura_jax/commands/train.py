@@ -26,7 +26,8 @@ def add_parser(sub):
     g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="also save every N steps (default: end only)")
     g.add_argument("--gantt", default=None, metavar="PNG", help="draw the measured timeline (PNG + SVG)")
     g.add_argument("--check", action="store_true",
-                   help="also train the unpipelined model on one device and compare losses and params")
+                   help="also train the unpipelined model on one device and compare losses and params "
+                        "(runs both with float32 matmul precision 'highest')")
     g.add_argument("--json", default=None, metavar="OUT", help="write the run's measurements as JSON")
     p.set_defaults(func=run)
 
@@ -39,6 +40,10 @@ def run(args):
     from schedules.jsonio import write_json_atomic
 
     cfg = run_config(args)
+    if args.check:
+        # GPUs run float32 matmuls in TF32 by default; the check compares exact float32.
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest")
     outcome = train(cfg, place, progress=not args.no_progress)
     res = summarize(outcome)
     if args.check:
@@ -49,7 +54,7 @@ def run(args):
         c = res["check"]
         print(f"check vs unpipelined model: max loss rel diff {c['max_loss_rel_diff']:.2e}, "
               f"params max abs diff {c['params_max_abs_diff']:.2e} "
-              f"({'equal' if c['equal'] else 'DIFFERENT'} at rtol {c['rtol']}, atol {c['atol']})")
+              f"({'equal' if c['equal'] else 'DIFFERENT'} at rtol {c['rtol']:.0e}, atol {c['atol']:.1e})")
     if args.gantt and outcome.timeline is not None:
         from schedules.gantt import draw_gantt
         draw_gantt(outcome.timeline, args.gantt, title=f"{res['schedule']} measured ({res['model']})")
