@@ -99,13 +99,19 @@ def _hidden_fraction(swap_run: dict, noswap_run: dict):
 
 
 def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: int,
-              mechanisms: list[str], timeout: float, log=print) -> dict:
+              mechanisms: list[str], timeout: float, only: list[str] | None = None, log=print) -> dict:
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     # The runs share most stage programs: compile them once across the processes.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/obscura_jax_compile_cache")
     results, failures = {}, {}
-    for label, argv in gpu_configs(layers, seq_len, microbatches, steps, mechanisms).items():
+    configs = gpu_configs(layers, seq_len, microbatches, steps, mechanisms)
+    unknown = sorted(set(only or ()) - set(configs))
+    if unknown:
+        raise ValueError(f"unknown run(s) {', '.join(unknown)}; runs: {', '.join(configs)}")
+    for label, argv in configs.items():
+        if only and label not in only:
+            continue
         path = out / f"gpu_{label}.json"
         cmd = [sys.executable, "-m", "obscura_jax", "train", *argv, "--json", str(path)]
         log(f"== {label}: {' '.join(cmd[2:])}")

@@ -26,13 +26,15 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=16, help="GPU only: llama2-7b layers (16 = ~1B/stage)")
     ap.add_argument("--mechanisms", default="device_put", help="GPU only: swap mechanisms, comma list")
     ap.add_argument("--timeout", type=float, default=1500, help="GPU only: seconds per run")
+    ap.add_argument("--runs", default=None, help="GPU only: comma list of runs to do (default all)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from obscura_jax import benchmark
     if args.gpu:
         benchmark.gpu_bench(out, args.layers, args.seq_len or 4096, args.microbatches, args.steps or 6,
-                            args.mechanisms.split(","), args.timeout)
+                            args.mechanisms.split(","), args.timeout,
+                            args.runs.split(",") if args.runs else None)
     else:
         benchmark.cpu_bench(out, args.steps or 20, args.seq_len or 64, args.micro_batch_size,
                             args.microbatches, args.devices)
