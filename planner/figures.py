@@ -38,11 +38,14 @@ SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+", "recomp": "Recomp-N",
 PAPER_SPEEDUP = {("llama2", "18b"): (1.29, 1.31), ("llama2", "23b"): (1.29, 1.31),
                  ("llama2", "28b"): (1.22, 1.27), ("gpt3", "18b"): (1.32, 1.33),
                  ("gpt3", "23b"): (1.32, 1.33), ("gpt3", "28b"): (1.30, 1.32)}
-# Ablation steps (Fig. 16), each adding one of the paper's components to the last.
-ABLATION = (("relaxation", "relaxation only", dict(cmb=False, swap=False, ip=False, partition=False)),
-            ("swap_recompute", "+ swapping-aware recompute", dict(cmb=False, swap=True, ip=True, partition=False)),
-            ("partition", "+ partition adjustment", dict(cmb=False, swap=True, ip=True, partition=True)),
-            ("cmb", "+ CMB-Identifying (= Obscura)", dict(cmb=True, swap=True, ip=True, partition=True)))
+# Ablation (Fig. 16): each step adds one of the paper's components to the last.
+ABLATION_STEPS = (("relaxation", "relaxation only"), ("swap_recompute", "+ swapping-aware recompute"),
+                  ("partition", "+ partition adjustment"), ("cmb", "+ CMB-Identifying (= Obscura)"))
+# The planner runs behind them: "no_cmb" gives two steps (its even-partition best is
+# exactly what partition=False would return, its final best adds Algorithm 1).
+ABLATION_RUNS = {"relaxation": dict(cmb=False, swap=False, ip=False, partition=False),
+                 "no_cmb": dict(cmb=False, swap=True, ip=True, partition=True),
+                 "obscura": dict(cmb=True, swap=True, ip=True, partition=True)}
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,12 @@ def source_text(sources: Iterable[Source]) -> str:
 
 
 def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages: int = NUM_STAGES,
-              **switches):
-    """planner.plan.plan_search, or None when no configuration fits the limit."""
+              reserve=0, **switches):
+    """planner.plan.plan_search, or None when no configuration fits the limit
+    (less `reserve`, held back for what the memory model does not count)."""
     from planner.plan import plan_search
     try:
-        return plan_search(profile, num_stages, num_microbatches, memory_limit, **switches)
+        return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve, **switches)
     except InfeasibleError:
         return None
 
@@ -104,12 +108,13 @@ def evaluations(result) -> dict[str, Any]:
     return {**result.baselines, "obscura": result.best}
 
 
-def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int) -> list[dict]:
+def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
+                    reserve=0) -> list[dict]:
     """Fig. 12: one row per system (m = global batch at micro-batch 1); a system
     that does not fit has no iteration time ('OOM')."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages)
+    result = plan_case(prof, global_batch, limit, num_stages, reserve)
     evs = evaluations(result) if result is not None else {}
     plus = evs.get("dapple_plus")
     t_plus = plus.makespan if plus is not None and plus.fits else None
@@ -132,16 +137,18 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "max_stage_peak_gib": max(ev.peaks) / GIB if ev is not None else None,
             "obscura_schedule": result.plan.schedule if result is not None else "infeasible",
             "obscura_adjusted": " ".join(map(str, result.plan.adjusted_stages)) if result is not None else "",
+            "obscura_source": result.source if result is not None else "",
             "profile": source.label})
     return rows
 
 
-def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int) -> list[dict]:
+def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
+                reserve=0) -> list[dict]:
     """Fig. 13: per system and stage, predicted peak = weights (params, grads,
     optimizer state) + activations + the recompute working set."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages)
+    result = plan_case(prof, global_batch, limit, num_stages, reserve)
     if result is None:
         raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
                               f"{limit / GIB:.2f} GiB in any configuration")
@@ -152,20 +159,21 @@ def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_
             rows.append({"model": prof.model, "global_batch": global_batch, "system": name, "stage": s,
                          "units": "%d-%d" % ev.config.partition[s], "weights_gib": w / GIB,
                          "activations_gib": a / GIB, "working_gib": k / GIB, "peak_gib": ev.peaks[s] / GIB,
-                         "memory_limit_gib": limit / GIB, "fits": ev.peaks[s] <= limit,
+                         "memory_limit_gib": limit / GIB, "usable_gib": ev.memory_limit / GIB,
+                         "fits": ev.peaks[s] <= ev.memory_limit,
                          "recompute": " ".join(sorted(ev.config.recompute[s])) or "-",
                          "swap_blocks": ev.config.swap_blocks[s], "profile": source.label})
     return rows
 
 
 def stage_time_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
-                    systems: Sequence[str] = ("dapple_plus", "strawman", "obscura")) -> list[dict]:
+                    reserve=0, systems: Sequence[str] = ("dapple_plus", "strawman", "obscura")) -> list[dict]:
     """Fig. 14: per system and stage, compute (incl. recompute), bubble and total,
     where total is when the stage finishes its last op and bubble = total - compute
     (all the time it idles before that, the start-up wait included)."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages)
+    result = plan_case(prof, global_batch, limit, num_stages, reserve)
     if result is None:
         raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
                               f"{limit / GIB:.2f} GiB in any configuration")
@@ -184,33 +192,43 @@ def stage_time_rows(source: Source, size: str, global_batch: int, memory_limit, 
     return rows
 
 
-def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int) -> list[dict]:
-    """Fig. 16: speedup over DAPPLE+ of each ablation step (ABLATION) and of the
-    strawman, at one global batch."""
+def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
+                  run: str, reserve=0) -> list[dict]:
+    """Fig. 16: speedup over DAPPLE+ of the ablation steps one planner run (a key
+    of ABLATION_RUNS) yields; the "relaxation" run also gives the strawman and
+    the ceiling (DAPPLE, no recompute, memory unlimited). Each step is the
+    search's own best (`searched`), even where the planner would hand out a
+    faster baseline instead (column plan_source says which)."""
+    if run not in ABLATION_RUNS:
+        raise ValueError(f"unknown ablation run {run!r} (known: {', '.join(ABLATION_RUNS)})")
+    labels = dict(ABLATION_STEPS)
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    rows, t_plus = [], None
-    for key, label, switches in ABLATION:
-        result = plan_case(prof, global_batch, limit, num_stages, **switches)
-        if result is None:
-            rows.append({"step": key, "label": label, "iteration_s": None, "adjusted": ""})
-            continue
+    result = plan_case(prof, global_batch, limit, num_stages, reserve, **ABLATION_RUNS[run])
+    steps = {"relaxation": ("relaxation",), "no_cmb": ("swap_recompute", "partition"), "obscura": ("cmb",)}[run]
+    if result is None:
+        found = [(key, labels[key], None, "infeasible") for key in steps]
+        t_plus = None
+    else:
+        searched = result.searched or result.best
+        picks = {"swap_recompute": result.even, "partition": searched, "relaxation": searched, "cmb": searched}
+        found = [(key, labels[key], picks[key], result.source) for key in steps]
+        if run == "relaxation":
+            straw, dapple = result.baselines["strawman"], result.baselines["dapple"]
+            found += [("strawman", "Strawman", straw if straw.fits else None, "baseline"),
+                      ("ceiling", "DAPPLE, memory unlimited (ceiling)", dapple, "baseline")]
         plus = result.baselines["dapple_plus"]
-        if plus.fits:
-            t_plus = plus.makespan
-        if key == ABLATION[0][0]:
-            straw = result.baselines["strawman"]
-            rows.append({"step": "strawman", "label": "Strawman (baseline)",
-                         "iteration_s": straw.makespan if straw.fits else None,
-                         "adjusted": " ".join(map(str, straw.config.adjusted))})
-        rows.append({"step": key, "label": label, "iteration_s": result.plan.predicted_iteration_time,
-                     "adjusted": " ".join(map(str, result.plan.adjusted_stages)),
-                     "schedule": result.plan.schedule})
-    for r in rows:
-        t = r["iteration_s"]
-        r.update({"model": prof.model, "global_batch": global_batch,
-                  "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
-                  "dapple_plus_s": t_plus, "profile": source.label})
+        t_plus = plus.makespan if plus.fits else None
+    rows = []
+    for key, text, ev, plan_source in found:
+        t = ev.makespan if ev is not None else None
+        rows.append({"model": prof.model, "global_batch": global_batch, "step": key, "label": text,
+                     "iteration_s": t, "dapple_plus_s": t_plus,
+                     "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
+                     "schedule": ev.config.schedule if ev is not None else "",
+                     "adjusted": " ".join(map(str, ev.config.adjusted)) if ev is not None else "",
+                     "partition": " ".join("%d-%d" % u for u in ev.config.partition) if ev is not None else "",
+                     "plan_source": plan_source, "memory_limit_gib": limit / GIB, "profile": source.label})
     return rows
 
 
@@ -303,6 +321,8 @@ def add_common_args(ap, default_sizes: str, default_batches: str, families: str 
     ap.add_argument("--sizes", default=default_sizes, help=f"model sizes (default {default_sizes})")
     ap.add_argument("--batches", default=default_batches, help=f"global batch sizes (default {default_batches})")
     ap.add_argument("--memory-limit", default=PAPER_LIMIT, help=f"per-GPU limit (default {PAPER_LIMIT}, the paper's A100)")
+    ap.add_argument("--reserve", default="0", metavar="SIZE",
+                    help="keep this much of the limit free for what the memory model does not count (default 0)")
     ap.add_argument("--stages", type=int, default=NUM_STAGES, help=f"pipeline stages p (default {NUM_STAGES})")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="planning processes (default: CPU count, max 4)")
 
@@ -325,6 +345,21 @@ def parse_batches(text: str) -> list[int]:
             raise ValueError(f"global batch {t!r} is not a positive integer")
         out.append(int(t))
     return out
+
+
+def common_inputs(args) -> tuple[list[str], list[str], list[int]]:
+    """(families, sizes, batches) from add_common_args' options, every option
+    checked before any planning starts."""
+    families = parse_list(args.families, "families", FAMILIES)
+    sizes = parse_list(args.sizes, "sizes", SIZES)
+    batches = parse_batches(args.batches)
+    parse_memory_limit(args.memory_limit)
+    if str(args.reserve) != "0":
+        parse_memory_limit(args.reserve)
+    for what, v in (("stages", args.stages), ("jobs", args.jobs)):
+        if v < 1:
+            raise ValueError(f"--{what} must be >= 1, got {v}")
+    return families, sizes, batches
 
 
 def cli_main(prog: str, body: Callable[[], int]) -> int:

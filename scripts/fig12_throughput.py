@@ -71,7 +71,7 @@ def summary(rows, limit_gib) -> list[str]:
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
         lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
                      f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp}{paper}  "
-                     f"[plan {r['obscura_schedule']}, adjusted {r['obscura_adjusted'] or 'none'}]")
+                     f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}]")
     return lines
 
 
@@ -84,12 +84,12 @@ def main(argv=None) -> int:
 
     def body() -> int:
         from planner.identify import parse_memory_limit
-        families = F.parse_list(args.families, "families", F.FAMILIES)
-        sizes = F.parse_list(args.sizes, "sizes", F.SIZES)
-        batches = F.parse_batches(args.batches)
+        families, sizes, batches = F.common_inputs(args)
         limits = [args.memory_limit] + ([] if args.h200_limit.lower() == "none" else [args.h200_limit])
+        for lim in limits:
+            parse_memory_limit(lim)
         sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
-        tasks = [(src, size, b, lim, args.stages) for lim in limits for size in reversed(sizes)
+        tasks = [(src, size, b, lim, args.stages, args.reserve) for lim in limits for size in reversed(sizes)
                  for src in sources for b in batches]
         rows = F.run_tasks(F.throughput_rows, tasks, args.jobs)
         rows.sort(key=lambda r: (families.index(r["family"]), sizes.index(r["model"].split("-")[1]),

@@ -67,11 +67,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     def body() -> int:
-        families = F.parse_list(args.families, "families", F.FAMILIES)
-        sizes = F.parse_list(args.sizes, "sizes", F.SIZES)
-        batches = F.parse_batches(args.batches)
+        families, sizes, batches = F.common_inputs(args)
         sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
-        tasks = [(src, size, b, args.memory_limit, args.stages) for src in sources for size in sizes
+        tasks = [(src, size, b, args.memory_limit, args.stages, args.reserve) for src in sources for size in sizes
                  for b in batches]
         rows = F.run_tasks(F.stage_time_rows, tasks, args.jobs)
         csv_path = F.write_csv(f"{args.out}/fig14_stage_time.csv", rows)

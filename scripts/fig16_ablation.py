@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Fig. 16: simulated ablation of Obscura vs global batch (16..128) on Llama-2 23B
+(p=8, 80 GiB): speedup over DAPPLE+ of dependency relaxation alone, + swapping-
+aware recompute, + partition adjustment, + CMB-Identifying (= full Obscura), with
+the strawman and the no-recompute ceiling from the same runs.
+
+    python scripts/fig16_ablation.py [--out results/figures] [--profile-dir results/h200]
+
+Steps (planner switches): relaxation only = the obscura schedule with whole-unit
+recompute on the adjusted stages, no swapping, even partition, no CMB (ip, swap,
+partition, cmb off); each next step turns one more on. Writes fig16_ablation.png
+and fig16_ablation.csv (one row per step and global batch).
+"""
+import argparse
+import sys
+
+from planner import figures as F
+
+# colour, line style, marker, marker size (larger ones first so overlapping lines stay visible)
+STYLE = {"ceiling": ("#8C8C8C", ":", "s", 7), "strawman": ("#DD8452", "--", "v", 6),
+         "relaxation": ("#64B5CD", "-", "o", 4), "swap_recompute": ("#55A868", "-", "D", 6),
+         "partition": ("#8172B3", "-", "x", 6), "cmb": ("#C44E52", "-", "o", 3)}
+
+
+def draw(rows, sources, models, out):
+    fig, axes = F.new_figure(1, len(models), (5.6 * len(models), 3.6))
+    for j, model in enumerate(models):
+        ax = axes[0][j]
+        cell = [r for r in rows if r["model"] == model]
+        for key in STYLE:
+            mine = sorted((r for r in cell if r["step"] == key and r["speedup_vs_dapple_plus"]),
+                          key=lambda r: r["global_batch"])
+            if not mine:
+                continue
+            color, ls, marker, size = STYLE[key]
+            ax.plot([r["global_batch"] for r in mine], [r["speedup_vs_dapple_plus"] for r in mine], ls=ls,
+                    marker=marker, ms=size, mfc="none" if marker != "x" else color, color=color, lw=1.2,
+                    label=mine[0]["label"])
+        batches = sorted({r["global_batch"] for r in cell})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches)
+        ax.set_xticklabels([str(b) for b in batches], fontsize=7)
+        ax.minorticks_off()
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_xlabel("global batch (= micro-batches, mb 1)", fontsize=8)
+        ax.set_ylabel("speedup over DAPPLE+", fontsize=8)
+        ax.set_title(model, fontsize=9, loc="left")
+        ax.legend(fontsize=6.5, frameon=False, loc="lower left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    title = f"Fig. 16: ablation, p={rows[0]['num_stages']}, {rows[0]['memory_limit_gib']:g} GiB per GPU"
+    return F.save_figure(fig, out, "fig16_ablation", title, sources)
+
+
+def table(rows, model) -> list[str]:
+    cell = [r for r in rows if r["model"] == model]
+    batches = sorted({r["global_batch"] for r in cell})
+    lines = [f"{model}: speedup over DAPPLE+ [adjusted stages]",
+             f"{'step':<38}" + "".join(f"{'GBS ' + str(b):>16}" for b in batches)]
+    for key in STYLE:
+        mine = {r["global_batch"]: r for r in cell if r["step"] == key}
+        if not mine:
+            continue
+        label = next(iter(mine.values()))["label"]
+        cells = []
+        for b in batches:
+            r = mine.get(b)
+            sp = r and r["speedup_vs_dapple_plus"]
+            cells.append("-" if not sp else f"{sp:.3f} [{r['adjusted'] or '-'}]")
+        lines.append(f"{label:<38}" + "".join(f"{c:>16}" for c in cells))
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    F.add_common_args(ap, "23b", "16,32,64,128", families="llama2")
+    args = ap.parse_args(argv)
+
+    def body() -> int:
+        families, sizes, batches = F.common_inputs(args)
+        sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
+        # largest batches first, so the slowest plans start early on the workers
+        tasks = [(src, size, b, args.memory_limit, args.stages, run, args.reserve)
+                 for b in sorted(batches, reverse=True) for src in sources for size in sizes
+                 for run in F.ABLATION_RUNS]
+        rows = F.run_tasks(F.ablation_rows, tasks, args.jobs)
+        for r in rows:
+            r["num_stages"] = args.stages
+        order = {k: i for i, k in enumerate(STYLE)}
+        rows.sort(key=lambda r: (r["model"], r["global_batch"], order[r["step"]]))
+        csv_path = F.write_csv(f"{args.out}/fig16_ablation.csv", rows)
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        png = draw(rows, sources, models, args.out)
+        print(F.source_text(sources))
+        for model in models:
+            print("\n".join(table(rows, model)))
+        print(f"wrote {png}\nwrote {csv_path}")
+        return 0
+
+    return F.cli_main("fig16_ablation", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
