@@ -1,6 +1,5 @@
 """The sweep's trends against the layouts paper (analytic costs; the measured file is
 never read here), and the arithmetic of its rows."""
-import itertools
 from collections import defaultdict
 
 import pytest
