@@ -5,8 +5,9 @@ device, for the layout sweep (format of measured.py).
 Per (model shape, seq, attention, micro-batch) the forward is compiled and timed
 once (it does not depend on the policy); per policy the forward+backward program
 (jax.vjp, pullback applied to a cotangent; it returns the layer output as well, so
-no forward work is dead code) is compiled ahead of time, its XLA temp
-size read from `memory_analysis()`, and timed. bwd_time = fwd+bwd - fwd. Residual
+no forward work is dead code) is compiled ahead of time, its XLA temp size read
+from `memory_analysis()` (recorded for information: XLA may fuse saved activations
+away inside one fused program, so it is not the engine's footprint), and timed. bwd_time = fwd+bwd - fwd. Residual
 bytes per micro-batch come from models.info.unit_residual_bytes (the leaves jax.vjp
 keeps, traced abstractly). Failures that say RESOURCE_EXHAUSTED / out of memory are
 recorded as "oom"; anything else as "failed" with its first line.

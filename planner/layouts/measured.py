@@ -28,7 +28,7 @@ reaches falls back to the analytic model for that layout.
         residual(P) = ref residual(P) * residual(none) / ref residual(none)
 Use: the layer's measured seconds and bytes calibrate the analytic unit costs at
 the same (seq, micro-batch, attention, policy) field by field (forward, backward,
-recompute, kept bytes, transient); the analytic model then supplies the attention/
+recompute, kept bytes); the analytic model then supplies the attention/
 MLP split, TP scaling and TP collectives. Embedding and head stay analytic.
 """
 from __future__ import annotations
@@ -185,9 +185,10 @@ def calibrate(units: dict, analytic_tp1: dict, m: LayerMeasurement) -> tuple[dic
          "bwd": factor(m.bwd_none, a.bwd + b.bwd),
          "recompute": factor(max(0.0, m.bwd - m.bwd_none), a.recompute + b.recompute),
          "kept": factor(m.residual_bytes, a.kept_bytes + b.kept_bytes)}
-    transient_model = max(a.transient_bytes, b.transient_bytes)
-    f["transient"] = (factor(max(0.0, m.temp_bytes - m.residual_bytes), transient_model)
-                      if m.temp_bytes is not None else 1.0)
+    # temp_bytes is not used: it is the XLA temp of ONE fused fwd+bwd program, where XLA
+    # may fuse saved activations away (13B 2k: 229 MiB temp < 376 MiB of residuals); the
+    # pipeline engine's split programs materialise every residual, so the analytic
+    # transient stays.
     out = dict(units)
     for k in ("attn", "mlp"):
         u = units[k]
@@ -196,6 +197,5 @@ def calibrate(units: dict, analytic_tp1: dict, m: LayerMeasurement) -> tuple[dic
             bwd=(u.bwd - u.comm_bwd) * f["bwd"] + u.comm_bwd,
             recompute=(u.recompute - u.comm_recompute) * f["recompute"] + u.comm_recompute,
             kept_bytes=u.kept_bytes * f["kept"],
-            kept_bytes_none=u.kept_bytes_none * f["kept"],
-            transient_bytes=u.transient_bytes * f["transient"])
+            kept_bytes_none=u.kept_bytes_none * f["kept"])
     return out, f
