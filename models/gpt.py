@@ -1,7 +1,8 @@
 """GPT-3 partition units (Flax NNX): token + learned position embedding, attention
-block (LayerNorm, fused qkv with bias), GELU MLP block, head (LayerNorm + output
-projection + loss). Op names from models.ops.GPT_OPS. Output projections of each
-block start with std 0.02/sqrt(2L) (GPT-2/Megatron residual scaling)."""
+block (LayerNorm, fused qkv with bias), GELU MLP block; the head (LayerNorm,
+output projection, loss) is models.layers.Head. Op names from models.ops.GPT_OPS.
+Output projections of each block start with std 0.02/sqrt(2L) (GPT-2/Megatron
+residual scaling)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from models.config import ModelConfig, ModelConfigError
-from models.layers import (LayerNorm, causal_attention, cross_entropy_mean, dense, dtype_of,
+from models.layers import (LayerNorm, causal_attention, dense, dtype_of,
                            normal_init)
 
 
@@ -75,22 +76,3 @@ class GptMlp(nnx.Module):
         act_BxTxF = checkpoint_name(jax.nn.gelu(up_BxTxF, approximate=True), "mlp_act")
         down_BxTxD = checkpoint_name(self.w_down(act_BxTxF), "mlp_down")
         return checkpoint_name(x_BxTxD + down_BxTxD, "mlp_res")
-
-
-class GptHead(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.norm = LayerNorm(cfg)
-        self.out_dtype = dtype_of(cfg.compute_dtype)
-        if not cfg.tie_embeddings:
-            self.w_out = dense(cfg, cfg.hidden, cfg.vocab_size, rngs, bias=False)
-
-    def logits(self, x_BxTxD, tied_embedding_VxD=None):
-        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "final_norm")
-        if tied_embedding_VxD is None:
-            logits_BxTxV = self.w_out(h_BxTxD)
-        else:
-            logits_BxTxV = h_BxTxD @ tied_embedding_VxD.astype(self.out_dtype).T
-        return checkpoint_name(logits_BxTxV, "logits")
-
-    def __call__(self, x_BxTxD, targets_BxT, tied_embedding_VxD=None):
-        return cross_entropy_mean(self.logits(x_BxTxD, tied_embedding_VxD), targets_BxT)

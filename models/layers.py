@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from models.config import ModelConfig
 
@@ -104,3 +105,25 @@ def cross_entropy_mean(logits_BxTxV, targets_BxT):
     logz_BxT = jax.nn.logsumexp(logits32, axis=-1)
     picked_BxT = jnp.take_along_axis(logits32, targets_BxT[..., None].astype(jnp.int32), axis=-1)[..., 0]
     return jnp.mean(logz_BxT - picked_BxT)
+
+
+class Head(nnx.Module):
+    """Final norm (the family's), output projection, mean cross-entropy. With tied
+    embeddings the output projection is the embedding table, passed in by the caller."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.norm = norm_for(cfg)
+        self.out_dtype = dtype_of(cfg.compute_dtype)
+        if not cfg.tie_embeddings:
+            self.w_out = dense(cfg, cfg.hidden, cfg.vocab_size, rngs, bias=False)
+
+    def logits(self, x_BxTxD, tied_embedding_VxD=None):
+        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "final_norm")
+        if tied_embedding_VxD is None:
+            logits_BxTxV = self.w_out(h_BxTxD)
+        else:
+            logits_BxTxV = h_BxTxD @ tied_embedding_VxD.astype(self.out_dtype).T
+        return checkpoint_name(logits_BxTxV, "logits")
+
+    def __call__(self, x_BxTxD, targets_BxT, tied_embedding_VxD=None):
+        return cross_entropy_mean(self.logits(x_BxTxD, tied_embedding_VxD), targets_BxT)

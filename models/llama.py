@@ -1,7 +1,7 @@
 """Llama-2 partition units (Flax NNX): token embedding, attention block (RMSNorm,
-RoPE, optional grouped-query attention), SwiGLU MLP block, head (RMSNorm +
-untied output projection + loss). Every decision-worthy activation is named with
-`checkpoint_name` from models.ops.LLAMA_OPS."""
+RoPE, optional grouped-query attention), SwiGLU MLP block; the head (RMSNorm,
+output projection, loss) is models.layers.Head. Every decision-worthy activation
+is named with `checkpoint_name` from models.ops.LLAMA_OPS."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from models.config import ModelConfig, ModelConfigError
-from models.layers import (RMSNorm, apply_rope, causal_attention, cross_entropy_mean, dense,
+from models.layers import (RMSNorm, apply_rope, causal_attention, dense,
                            dtype_of, normal_init)
 
 
@@ -70,25 +70,3 @@ class LlamaMlp(nnx.Module):
         mul_BxTxF = checkpoint_name(act_BxTxF * up_BxTxF, "mlp_mul")
         down_BxTxD = checkpoint_name(self.w_down(mul_BxTxF), "mlp_down")
         return checkpoint_name(x_BxTxD + down_BxTxD, "mlp_res")
-
-
-class LlamaHead(nnx.Module):
-    """Final RMSNorm, output projection, mean cross-entropy. With tied embeddings
-    the output projection is the embedding table, passed in by the caller."""
-
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.norm = RMSNorm(cfg)
-        self.out_dtype = dtype_of(cfg.compute_dtype)
-        if not cfg.tie_embeddings:
-            self.w_out = dense(cfg, cfg.hidden, cfg.vocab_size, rngs, bias=False)
-
-    def logits(self, x_BxTxD, tied_embedding_VxD=None):
-        h_BxTxD = checkpoint_name(self.norm(x_BxTxD), "final_norm")
-        if tied_embedding_VxD is None:
-            logits_BxTxV = self.w_out(h_BxTxD)
-        else:
-            logits_BxTxV = h_BxTxD @ tied_embedding_VxD.astype(self.out_dtype).T
-        return checkpoint_name(logits_BxTxV, "logits")
-
-    def __call__(self, x_BxTxD, targets_BxT, tied_embedding_VxD=None):
-        return cross_entropy_mean(self.logits(x_BxTxD, tied_embedding_VxD), targets_BxT)

@@ -15,12 +15,13 @@ import jax
 from flax import nnx
 
 from models.config import ModelConfig, ModelConfigError
-from models.gpt import GptAttention, GptEmbed, GptHead, GptMlp
-from models.llama import LlamaAttention, LlamaEmbed, LlamaHead, LlamaMlp
+from models.gpt import GptAttention, GptEmbed, GptMlp
+from models.layers import Head
+from models.llama import LlamaAttention, LlamaEmbed, LlamaMlp
 
 _MODULES = {
-    "llama": {"embed": LlamaEmbed, "attn": LlamaAttention, "mlp": LlamaMlp, "head": LlamaHead},
-    "gpt": {"embed": GptEmbed, "attn": GptAttention, "mlp": GptMlp, "head": GptHead},
+    "llama": {"embed": LlamaEmbed, "attn": LlamaAttention, "mlp": LlamaMlp, "head": Head},
+    "gpt": {"embed": GptEmbed, "attn": GptAttention, "mlp": GptMlp, "head": Head},
 }
 _UNIT_RE = re.compile(r"(attn|mlp)_(\d+)")
 
