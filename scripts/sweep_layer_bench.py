@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
     from planner.layouts.layer_bench import matmul_tflops, plan_tasks, run_bench
-    from planner.layouts.measured import FORMAT
+    from planner.layouts.measured import BENCH_REVISION, FORMAT
     from planner.layouts.model_shape import model_config
     from schedules.jsonio import write_json_atomic
 
@@ -65,7 +65,8 @@ def main(argv=None) -> int:
     rate = matmul_tflops(256 if dev.platform == "cpu" else 8192, compute)
     print(f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}: {len(tasks)} tasks, "
           f"budget {budget:.0f} s; {compute} matmul {rate:.1f} TFLOP/s", flush=True)
-    meta = {"format": FORMAT, "device": dev.device_kind, "platform": dev.platform,
+    meta = {"format": FORMAT, "bench_revision": BENCH_REVISION, "device": dev.device_kind,
+            "platform": dev.platform,
             "jax_version": jax.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python", "scripts/sweep_layer_bench.py"] + (argv or sys.argv[1:])),

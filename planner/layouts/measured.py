@@ -40,6 +40,11 @@ from pathlib import Path
 from schedules.jsonio import read_json
 
 FORMAT = "obscura-sweep-layers/1"
+# Revision of scripts/sweep_layer_bench.py's method. Files without it (revision 1)
+# timed a forward+backward program that did not return the layer output, so XLA
+# dropped the forward work only the output needed: recompute looked free (`full`
+# +4%, `mlp` faster than `none`). Such files are ignored.
+BENCH_REVISION = 2
 STATUSES = ("measured", "oom", "skipped", "failed")
 LAYER_KEYS = ("family", "hidden", "num_heads", "num_kv_heads", "ffn_hidden", "compute_bytes")
 DEFAULT_PATH = Path("results") / "h200" / "sweep_layers.json"
@@ -73,6 +78,8 @@ class MeasuredLayers:
             raise ValueError(f"measured layer file {path}: 'entries' must be a list")
         self.path = str(path)
         self.device = str(data.get("device", "unknown device"))
+        revision = data.get("bench_revision", 1)
+        self.stale = not isinstance(revision, int) or revision < BENCH_REVISION
         self.meta = {k: v for k, v in data.items() if k != "entries"}
         self._raw: dict[tuple, dict] = {}
         for i, e in enumerate(entries):

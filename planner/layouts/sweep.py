@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from planner.layouts.hardware import Hardware
-from planner.layouts.measured import MeasuredLayers, calibrate
+from planner.layouts.measured import BENCH_REVISION, MeasuredLayers, calibrate
 from planner.layouts.memory import StageMemory, TrainingState, stage_kinds, stage_memory
 from planner.layouts.model_shape import ModelShape
 from planner.layouts.space import Layout, LayoutGrid, enumerate_layouts, explain_empty
@@ -166,6 +166,12 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
     if not layouts:
         raise ValueError(explain_empty(grid, skipped))
     fpt = shape.flops_per_token(seq_len)
+    notes = []
+    if measured is not None and measured.stale:
+        notes.append(f"ignored {measured.path}: written by a layer bench before revision "
+                     f"{BENCH_REVISION} (its timings let XLA drop forward work, so recompute looked "
+                     f"free); re-run scripts/sweep_layer_bench.py. Costs below are analytic")
+        measured = None
     costs = _Costs(shape, seq_len, hw, measured, layouts)
     stages_of = {pp: stage_kinds(shape, pp) for pp in {l.pp for l in layouts}}
     results = []
@@ -177,7 +183,6 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
             progress(i + 1, len(layouts))
     fitting = sorted((r for r in results if r.fits), key=_rank_key)
     rest = sorted((r for r in results if not r.fits), key=lambda r: r.memory.total)
-    notes = []
     scaled = sum(r.source == SCALED for r in results)
     if measured is not None and costs.scale is None:
         notes.append(f"the measured layer file {measured.path} has no entry for this layer shape "

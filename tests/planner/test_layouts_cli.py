@@ -7,7 +7,7 @@ import pytest
 
 from obscura_jax.cli import main
 from obscura_jax.commands.sweep import default_global_batch
-from planner.layouts.measured import FORMAT
+from planner.layouts.measured import BENCH_REVISION, FORMAT
 
 SMALL = ["--micro-batches", "1,2", "--pp", "1,2,4", "--tp", "1,2", "--policies", "none,full",
          "--attention", "cudnn", "--measured", "none"]
@@ -52,7 +52,7 @@ def test_measured_file_is_used_and_marked(capsys, tmp_path):
                 "bwd_time": b, "residual_bytes": r, "temp_bytes": None}
                for p, b, r in (("none", 0.006, 394264576), ("full", 0.0075, 41943040))]
     path = tmp_path / "layers.json"
-    path.write_text(json.dumps({"format": FORMAT, "device": "NVIDIA H200", "entries": entries}))
+    path.write_text(json.dumps({"format": FORMAT, "bench_revision": BENCH_REVISION, "device": "NVIDIA H200", "entries": entries}))
     argv = [a for a in SMALL if a not in ("--measured", "none")]
     rc, out, err = run(capsys, "sweep", "--model", "llama2-13b", "--seq-len", "2048", "--gpus", "64",
                        "--global-batch", "512", *argv, "--measured", str(path))

@@ -9,7 +9,7 @@ import pytest
 
 from planner.layouts import (Hardware, LayoutGrid, MeasuredLayers, ModelShape, analytic_unit_costs,
                              load_measured, model_config, run_sweep)
-from planner.layouts.measured import FORMAT, calibrate
+from planner.layouts.measured import BENCH_REVISION, FORMAT, calibrate
 
 ROOT = Path(__file__).resolve().parents[2]
 HW = Hardware()
@@ -35,7 +35,7 @@ def analytic_entry(shape, seq, mbs, policy, scale=1.0, attention="cudnn"):
 
 
 def test_derivation_rule(shape13):
-    layers = MeasuredLayers({"format": FORMAT, "device": "test", "entries": [
+    layers = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "device": "test", "entries": [
         entry(shape13, 2048, 1, "none", 2.0, 4.0, 100.0),
         entry(shape13, 2048, 1, "full", 2.0, 6.0, 10.0),
         entry(shape13, 2048, 1, "cmb", 2.0, 4.5, 60.0),
@@ -60,7 +60,7 @@ def test_derivation_rule(shape13):
 def test_derivation_across_attention_kernels(shape13):
     """xla measured only at micro-batch 1 (none, full): its micro-batch 4 points scale
     like cuDNN's (rule B) and its other policies borrow cuDNN's overhead (rule A)."""
-    layers = MeasuredLayers({"format": FORMAT, "entries": [
+    layers = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": [
         entry(shape13, 2048, 1, "none", 2.0, 4.0, 100.0),
         entry(shape13, 2048, 1, "full", 2.0, 6.0, 10.0),
         entry(shape13, 2048, 1, "cmb", 2.0, 4.5, 60.0),
@@ -93,7 +93,7 @@ def test_derivation_across_attention_kernels(shape13):
     (lambda d: d["entries"][0].update(seq_len=0), "seq_len must be a positive integer"),
 ])
 def test_malformed_files_are_rejected(shape13, tmp_path, mutate, text):
-    data = {"format": FORMAT, "entries": [entry(shape13, 2048, 1, "none", 1.0, 2.0, 3.0)]}
+    data = {"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": [entry(shape13, 2048, 1, "none", 1.0, 2.0, 3.0)]}
     mutate(data)
     path = tmp_path / "layers.json"
     path.write_text(json.dumps(data))
@@ -115,7 +115,7 @@ def test_calibration_is_identity_on_analytic_numbers_and_scales_otherwise(shape1
     for policy in ("none", "cmb", "full"):
         tp1 = analytic_unit_costs(shape13, 2048, 2, "cudnn", policy, 1, False, HW)
         tp2 = analytic_unit_costs(shape13, 2048, 2, "cudnn", policy, 2, True, HW)
-        layers = MeasuredLayers({"format": FORMAT, "entries": [
+        layers = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": [
             analytic_entry(shape13, 2048, 2, "none"), analytic_entry(shape13, 2048, 2, policy)]})
         m = layers.lookup(shape13.layer_key(), 2048, 2, "cudnn", policy)
         same, factors = calibrate(tp2, tp1, m)
@@ -125,7 +125,7 @@ def test_calibration_is_identity_on_analytic_numbers_and_scales_otherwise(shape1
             assert same[k].fwd == pytest.approx(tp2[k].fwd)
             assert same[k].bwd + same[k].recompute == pytest.approx(tp2[k].bwd + tp2[k].recompute)
             assert same[k].kept_bytes == pytest.approx(tp2[k].kept_bytes)
-        slow = MeasuredLayers({"format": FORMAT, "entries": [
+        slow = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": [
             analytic_entry(shape13, 2048, 2, "none", 2.0), analytic_entry(shape13, 2048, 2, policy, 2.0)]})
         doubled, _ = calibrate(tp2, tp1, slow.lookup(shape13.layer_key(), 2048, 2, "cudnn", policy))
         for k in ("attn", "mlp"):
@@ -138,7 +138,7 @@ def test_sweep_uses_measured_costs_and_labels_rows(shape13):
     grid = LayoutGrid(gpus=64, global_batch=256, micro_batches=(1,), pps=(1, 2), tps=(1,),
                       policies=("none", "full"), attentions=("xla", "cudnn"))
     entries = [analytic_entry(shape13, 2048, 1, p, 1.5) for p in ("none", "full")]
-    layers = MeasuredLayers({"format": FORMAT, "device": "fake GPU", "entries": entries}, "fake.json")
+    layers = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "device": "fake GPU", "entries": entries}, "fake.json")
     r = run_sweep(model_config("llama2-13b"), 2048, grid, measured=layers)
     a = run_sweep(model_config("llama2-13b"), 2048, grid, measured=None)
     by = {(x.layout.pp, x.layout.policy, x.layout.attention): x for x in r.results}
@@ -151,7 +151,7 @@ def test_sweep_uses_measured_costs_and_labels_rows(shape13):
             assert x.time.pipeline > 1.3 * base[pp, policy, att].time.pipeline
     assert any("scaled by 1.50" in n for n in r.notes)
     assert r.to_json()["measured_layer_costs"] == "fake.json"
-    other = MeasuredLayers({"format": FORMAT, "entries": []}, "empty.json")
+    other = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": []}, "empty.json")
     assert "no entry for this layer shape" in run_sweep(model_config("llama2-13b"), 2048, grid,
                                                         measured=other).notes[0]
 
@@ -206,3 +206,18 @@ def test_bench_priority_order():
                       full_grid=True)
     assert {(t.micro_batch, t.policy) for t in full} == {(b, p) for b in (1, 2)
                                                          for p in ("none", "cmb", "full")}
+
+
+def test_files_from_the_old_bench_are_ignored(shape13):
+    """Revision-1 files timed fwd+bwd without returning the output: XLA dropped forward
+    work and recompute looked free. The sweep must not rank on them."""
+    entries = [analytic_entry(shape13, 2048, 1, p, 1.5) for p in ("none", "full")]
+    old = MeasuredLayers({"format": FORMAT, "entries": entries}, "old.json")
+    assert old.stale
+    grid = LayoutGrid(gpus=64, global_batch=256, micro_batches=(1,), pps=(1, 2), tps=(1,),
+                      policies=("none", "full"), attentions=("cudnn",))
+    r = run_sweep(model_config("llama2-13b"), 2048, grid, measured=old)
+    assert all(x.source == "analytic" for x in r.results)
+    assert "ignored old.json" in r.notes[0] and r.measured_path is None
+    new = MeasuredLayers({"format": FORMAT, "bench_revision": BENCH_REVISION, "entries": entries})
+    assert not new.stale
