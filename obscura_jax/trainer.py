@@ -73,9 +73,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
     """placement_fn(num_stages) -> Placement (devices are chosen once p is known)."""
     cfg = run.model_config()
     schedule, partition = run.resolve(cfg)
-    placement: Placement = placement_fn(schedule.num_stages)
-    if placement.note:
-        log(f"note: {placement.note}")
+    placement: Placement = placement_fn(schedule.num_stages)   # its note is in the report
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
