@@ -262,11 +262,20 @@ def write_csv(path, rows: Sequence[dict]) -> Path:
             w.writeheader()
             for r in rows:
                 w.writerow({k: _cell(r.get(k)) for k in fields})
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Rename into place with the permissions a plain open() would have given
+    (mkstemp makes files private)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)
+    os.replace(tmp, path)
 
 
 def _cell(v):
@@ -303,7 +312,7 @@ def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source], 
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -57,7 +57,7 @@ def table(rows, model) -> list[str]:
     cell = [r for r in rows if r["model"] == model]
     batches = sorted({r["global_batch"] for r in cell})
     lines = [f"{model}: speedup over DAPPLE+ [adjusted stages]",
-             f"{'step':<38}" + "".join(f"{'GBS ' + str(b):>16}" for b in batches)]
+             f"{'step':<38}" + "".join(f"{'GBS ' + str(b):>20}" for b in batches)]
     for key in STYLE:
         mine = {r["global_batch"]: r for r in cell if r["step"] == key}
         if not mine:
@@ -68,7 +68,7 @@ def table(rows, model) -> list[str]:
             r = mine.get(b)
             sp = r and r["speedup_vs_dapple_plus"]
             cells.append("-" if not sp else f"{sp:.3f} [{r['adjusted'] or '-'}]")
-        lines.append(f"{label:<38}" + "".join(f"{c:>16}" for c in cells))
+        lines.append(f"{label:<38}" + "".join(f"{c:>20}" for c in cells))
     return lines
 
 

@@ -179,7 +179,15 @@ def test_write_csv_formats_and_replaces(tmp_path):
     F.write_csv(path, [{"a": 1, "b": None}, {"a": 0.123456789, "c": "x"}])
     assert path.read_text().splitlines() == ["a,b,c", "1,,", "0.123457,,x"]
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]  # no temporary left behind
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # not mkstemp's private 0600
 
 
 def test_run_tasks_in_processes_keeps_task_order():
     assert F.run_tasks(list, [("ab",), ("c",), ("de",)], jobs=2) == ["a", "b", "c", "d", "e"]
+
+
+def _umask() -> int:
+    import os
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
