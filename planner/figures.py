@@ -48,6 +48,12 @@ ABLATION_RUNS = {"relaxation": dict(cmb=False, swap=False, ip=False, partition=F
                  "obscura": dict(cmb=True, swap=True, ip=True, partition=True)}
 
 
+# Recomputing every op of a layer unit redoes its forward, so the ops' fwd_time
+# should sum to about the unit's; far below it, selective recompute is priced as
+# nearly free and the figures must say so.
+RECOMPUTE_SUM_WARN = 0.25
+
+
 @dataclass(frozen=True)
 class Source:
     """The 13B profile a figure is simulated from, and how to say so."""
@@ -55,6 +61,7 @@ class Source:
     profile: Profile
     measured: bool
     label: str
+    caution: str = ""    # what about the profile a reader must know (empty: nothing)
 
     def sized(self, size: str) -> Profile:
         """The paper's `size` model: the 13B profile with more layers."""
@@ -75,8 +82,11 @@ def load_source(family: str, profile_dir, analytic: str | None = None) -> Source
         if not prof.model.startswith(family):
             raise ProfileError(f"profile {path} is of model {prof.model!r}, expected {family}-13b")
         what = "measured" if not prof.device.startswith("analytic") else "analytic (from file)"
+        caution = recompute_caution(prof)
+        if caution:
+            print(f"WARNING: {family}: {caution}", file=sys.stderr)
         return Source(family, prof, what == "measured",
-                      f"{what} {prof.device} profile {path} (seq {prof.seq_len}, mb {prof.micro_batch})")
+                      f"{what} {prof.device} profile {path} (seq {prof.seq_len}, mb {prof.micro_batch})", caution)
     import models
     from planner.analytic import analytic_profile
     device = analytic or "H200"
@@ -87,9 +97,25 @@ def load_source(family: str, profile_dir, analytic: str | None = None) -> Source
     return Source(family, prof, False, label)
 
 
+def recompute_caution(profile: Profile) -> str:
+    """A warning when the layer units' per-op recompute times sum to far less
+    than their forward (RECOMPUTE_SUM_WARN), else ''."""
+    low = []
+    for kind in ("attn", "mlp"):
+        unit = profile.unit(kind)
+        total = sum(op.fwd_time for _, op in unit.ops)
+        if unit.ops and unit.fwd_time > 0 and total < RECOMPUTE_SUM_WARN * unit.fwd_time:
+            low.append(f"{kind} {100 * total / unit.fwd_time:.1f}%")
+    if not low:
+        return ""
+    return ("per-op recompute times sum to " + ", ".join(low) + " of the unit forward: "
+            "selective recompute is priced as nearly free")
+
+
 def source_text(sources: Iterable[Source]) -> str:
-    """One line for a figure: 'simulated from <profile source>[; ...]'."""
-    return "simulated from " + "; ".join(f"{FAMILIES[s.family]}: {s.label}" for s in sources)
+    """One line for a figure: 'simulated from <profile source>[; ...]', with any caution."""
+    return "simulated from " + "; ".join(
+        f"{FAMILIES[s.family]}: {s.label}" + (f" [CAUTION: {s.caution}]" if s.caution else "") for s in sources)
 
 
 def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages: int = NUM_STAGES,
@@ -304,7 +330,7 @@ def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source], 
     sources = list(sources)
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     foot = source_text(sources) + (f"\n{note}" if note else "")
-    color = "black" if all(s.measured for s in sources) else "#B00020"
+    color = "black" if all(s.measured and not s.caution for s in sources) else "#B00020"
     fig.text(0.01, 0.005, foot, fontsize=6.5, ha="left", va="bottom", color=color, wrap=True)
     fig.tight_layout(rect=(0, 0.05 + 0.02 * foot.count("\n"), 1, 0.95))
     path = out / f"{stem}.png"

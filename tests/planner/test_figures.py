@@ -191,3 +191,20 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_recompute_caution_flags_near_free_per_op_times(tmp_path, capsys):
+    from dataclasses import replace
+
+    from planner.profile import OpProfile, save_profile
+    prof = F.load_source("llama2", tmp_path).profile
+    assert F.recompute_caution(prof) == ""  # analytic: ops sum to the unit forward
+    mlp = prof.unit("mlp")
+    cheap = replace(mlp, ops=tuple((n, OpProfile(o.fwd_time * 0.01, o.act_bytes)) for n, o in mlp.ops))
+    bad = replace(prof, device="NVIDIA H200", units=tuple((k, cheap if k == "mlp" else u) for k, u in prof.units))
+    assert F.recompute_caution(bad).startswith("per-op recompute times sum to mlp 1.0%")
+    save_profile(bad, tmp_path / "profile_llama2-13b.json")
+    capsys.readouterr()
+    src = F.load_source("llama2", tmp_path)
+    assert src.measured and "mlp 1.0%" in src.caution and "CAUTION" in F.source_text([src])
+    assert "nearly free" in capsys.readouterr().err
