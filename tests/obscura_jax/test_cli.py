@@ -111,3 +111,30 @@ def test_invalid_schedule_file(tmp_path, capsys):
     assert train("--schedule", str(bad), "--stages", "2") == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("obscura: error:") and "\n" not in err
+
+
+def test_plan_runs_its_partition_policies_and_order(tmp_path):
+    """A plan (obscura-plan/1) with an uneven partition, a per-op recompute set and
+    swapping on stage 0 trains with the plan's settings and the plain math."""
+    stages = [{"units": [0, 4], "adjusted": True, "recompute": ["mlp_act", "mlp_mul"], "swap_blocks": 1,
+               "swap_fraction": 0.5, "predicted_peak_bytes": 0},
+              {"units": [4, 5], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
+              {"units": [5, 7], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
+              {"units": [7, 10], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0}]
+    plan = {"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4, "memory_limit": 10**9,
+            "schedule": "obscura", "stages": stages, "predicted_iteration_time": 0.0,
+            "baselines": {"dapple": None}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out, ref = tmp_path / "plan_run.json", tmp_path / "gpipe.json"
+    assert main(BASE[:3] + BASE[7:] + ["--plan", str(tmp_path / "plan.json"), "--steps", "2",
+                                      "--json", str(out)]) == 0
+    assert train("--schedule", "gpipe", "--steps", "2", "--json", str(ref)) == 0
+    res, base = json.loads(out.read_text()), json.loads(ref.read_text())
+    assert [st["units"] for st in res["stages"]] == [[0, 4], [4, 5], [5, 7], [7, 10]]
+    assert res["stages"][0]["policy"]["recompute"] == ["mlp_act", "mlp_mul"]
+    assert [st["policy"]["name"] for st in res["stages"][1:]] == ["none"] * 3
+    assert res["adjusted_stages"] == [0] and res["swap"]["bytes_out"] > 0
+    np.testing.assert_allclose(res["losses"], base["losses"], rtol=1e-5)
