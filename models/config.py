@@ -127,6 +127,11 @@ CONFIGS: dict[str, ModelConfig] = {
     "gpt3-18b": _gpt3_13b("gpt3-18b", 56),
     "gpt3-23b": _gpt3_13b("gpt3-23b", 72),
     "gpt3-28b": _gpt3_13b("gpt3-28b", 88),
+    # The LLaMA-30B shape of the layout-sweep paper (spec/layouts.md: its "30B"); the
+    # sweep runs it at seq 8192, so the position limit is 8192 (RoPE has no table).
+    "llama-30b": ModelConfig(name="llama-30b", family="llama", vocab_size=32000, hidden=6656,
+                             num_layers=60, num_heads=52, num_kv_heads=52, ffn_hidden=17920,
+                             max_seq_len=8192),
     # CPU configs: byte-level vocab (256), fp32 throughout, 4 layers = 10 units so
     # pipelines of up to 10 stages can be built; GQA (2 kv heads) is exercised.
     "llama2-tiny": ModelConfig(name="llama2-tiny", family="llama", vocab_size=256, hidden=64,

@@ -15,22 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 
-# The LLaMA-30B shape of the layouts paper, registered as "llama-30b" by the lead;
-# until then `model_config("llama-30b")` builds it from the 13B config.
-LLAMA_30B_OVERRIDES = dict(hidden=6656, num_layers=60, num_heads=52, num_kv_heads=52,
-                           ffn_hidden=17920)
-
-
 def model_config(name: str):
-    """A registered model config by name; "llama-30b" is built from the 13B config
-    until it is registered. Unknown names -> one-line ValueError."""
+    """A registered model config by name (the layouts paper's 30B is "llama-30b").
+    Unknown names -> one-line ValueError."""
     import models
     if name in models.CONFIGS:
         return models.get_config(name)
-    if name == "llama-30b":
-        return models.get_config("llama2-13b").replace(name="llama-30b", **LLAMA_30B_OVERRIDES)
-    raise ValueError(f"unknown model {name!r}; valid models: "
-                     f"{', '.join(list(models.CONFIGS) + ['llama-30b'])}")
+    raise ValueError(f"unknown model {name!r}; valid models: {', '.join(models.CONFIGS)}")
 
 
 @dataclass(frozen=True)
