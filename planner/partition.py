@@ -68,9 +68,11 @@ def adjust_partition(setting: Setting, partition: Partition, k: int, lam_k: int 
                      cmb: bool = True, ip: bool = True, order=None) -> AdjustResult:
     """Algorithm 1 from `partition` with adjusted stages 0..k at swap point (lam_k, beta)."""
     p = len(partition)
-    cur = plan_step(setting, partition, k, lam_k, beta, cmb, ip, order)
-    if cur is None or k < 0 or k >= p - 1:
+    if k < 0 or k >= p - 1:
         return AdjustResult(partition, (), None, "nothing to balance")
+    cur = plan_step(setting, partition, k, lam_k, beta, cmb, ip, order)
+    if cur is None:
+        return AdjustResult(partition, (), None, "start does not fit")
     history: list[tuple[PartitionStep, tuple[int, int]]] = []
     stopped = "iteration cap"
     for _ in range(setting.profile.num_units):

@@ -132,24 +132,29 @@ def base_order(setting: Setting, partition: Partition, k: int, guess: tuple[froz
 
 @lru_cache(maxsize=256)
 def _base_order(profile, m, unit_kept, partition, k, guess, caps):
-    costs = stage_costs(profile, partition, guess, unit_kept=unit_kept)
-    sched = generate("obscura", len(partition), m, adjusted=k, costs=costs, warmup=caps)
+    if isinstance(caps, str):  # the strawman's or Recomp's own order
+        sched = generate(caps, len(partition), m, adjusted=k)
+    else:
+        costs = stage_costs(profile, partition, guess, unit_kept=unit_kept)
+        sched = generate("obscura", len(partition), m, adjusted=k, costs=costs, warmup=caps)
     return tuple(spec.actions for spec in sched.stages)
 
 
-def cap_options(num_stages: int, num_microbatches: int, k: int) -> list[tuple[int, ...] | None]:
-    """In-flight caps mu_s to try: the generator's cost-aware choice (None), and
-    p - s + j on every adjusted stage for j a fraction MIGRATION_FRACTIONS of the
-    paper's 2(p-k-1) migrated forwards (j = 0: relaxation without migration)."""
+def cap_options(num_stages: int, num_microbatches: int, k: int) -> list[tuple[int, ...] | str | None]:
+    """Orders to try, by their in-flight caps mu_s: the generator's cost-aware
+    choice (None); p - s + j on every adjusted stage for j a fraction
+    MIGRATION_FRACTIONS of the paper's 2(p-k-1) migrated forwards (j = 0:
+    relaxation without migration); and, unrelaxed, the strawman's and Recomp's own
+    orders ("strawman", "recomp"), so the search space holds both baselines."""
     p, m = num_stages, num_microbatches
     full = 2 * (p - k - 1)
-    out: list[tuple[int, ...] | None] = [None]
+    out: list[tuple[int, ...] | str | None] = [None]
     for frac in MIGRATION_FRACTIONS:
         j = math.ceil(frac * full)
         caps = tuple(min(m, p - s + j) if s <= k else min(m, p - s) for s in range(p))
         if caps not in out:
             out.append(caps)
-    return out
+    return out + ["strawman", "recomp"]
 
 
 def evaluate(setting: Setting, config: Config, solution: RecomputeSolution | None = None) -> Evaluation:
@@ -221,7 +226,8 @@ def _op_bytes(profile: Profile, kind: str, name: str) -> float:
 def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequence[frozenset[str]],
                    lam_k: int | None, beta: float, ip: bool = True,
                    slack: Sequence[float] | None = None,
-                   order: tuple[tuple[Action, ...], ...] | None = None
+                   order: tuple[tuple[Action, ...], ...] | None = None,
+                   resident: Sequence[float | None] | None = None
                    ) -> tuple[Config, RecomputeSolution] | None:
     """Solve Eq. 4 for adjusted stages 0..k at one swap point on the F/B `order`
     (default: generated under whole-unit recompute); stages after k keep `fixed`
@@ -239,7 +245,9 @@ def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequen
     c_non = max((views[s].fwd + views[s].bwd
                  + sum(setting.profile.unit(kd).recompute_time(fixed[s]) for kd in views[s].kinds)
                  for s in range(k + 1, p)), default=0.0)
-    problems = tuple(stage_problem(setting, partition, s, resident_blocks(sched, s, b), lam[s], slack[s])
+    floor = tuple(resident) if resident is not None else (None,) * p
+    problems = tuple(stage_problem(setting, partition, s, max(resident_blocks(sched, s, b), floor[s] or 0.0),
+                                   lam[s], slack[s])
                      for s in range(k + 1))
     problem = RecomputeProblem(problems, p, m, b, setting.profile.host_bandwidth, c_non)
     if ip:
@@ -273,13 +281,17 @@ def warmups(schedule: Schedule) -> tuple[int, ...]:
 def settle(setting: Setting, partition: Partition, k: int, fixed: Sequence[frozenset[str]],
            lam_k: int | None, beta: float, ip: bool = True,
            order: tuple[tuple[Action, ...], ...] | None = None) -> Evaluation | None:
-    """obscura_config, then simulate; where the simulated peak (or the traced
-    residuals) exceed the limit, shrink that stage's budget by the excess and solve
-    again. None when it cannot be made to fit."""
+    """obscura_config, then simulate. Where a stage's predicted peak exceeds the
+    limit (swaps that end after the next forward starts, activations waiting in
+    the inbox, traced residuals above the additive figure), solve again with that
+    stage's resident blocks raised to what the simulation saw (simulated peak /
+    kept bytes) and, from the second round on, its budget cut by the excess too.
+    None when it cannot be made to fit."""
     p = len(partition)
     slack = [0.0] * p
-    for _ in range(MAX_TIGHTEN):
-        found = obscura_config(setting, partition, k, fixed, lam_k, beta, ip, slack, order)
+    resident: list[float | None] = [None] * p
+    for round_ in range(MAX_TIGHTEN):
+        found = obscura_config(setting, partition, k, fixed, lam_k, beta, ip, slack, order, resident)
         if found is None:
             return None
         ev = evaluate(setting, found[0], found[1])
@@ -289,7 +301,11 @@ def settle(setting: Setting, partition: Partition, k: int, fixed: Sequence[froze
         if any(s > k for s, _ in over) or not ip:
             return None  # a 1F1B stage or whole-unit recompute: nothing left to tighten
         for s, excess in over:
-            slack[s] += excess * 1.01 + 1e-9 * setting.memory_limit
+            kept = ev.costs.kept_bytes(s, True)
+            if kept > 0:
+                resident[s] = max(resident[s] or 0.0, ev.activation_bytes[s] / kept)
+            if round_ > 0:
+                slack[s] += excess * 1.01 + 1e-9 * setting.memory_limit
     return None
 
 

@@ -1,0 +1,95 @@
+"""`obscura plan` / `obscura profile` through obscura_jax.cli.main: tables, files,
+and one-line errors (exit 2) for bad input."""
+import json
+
+import pytest
+
+from obscura_jax.cli import main
+from planner.plan import load_plan
+from planner.profile import save_profile
+from tests.planner.synthetic import synthetic_profile
+
+
+@pytest.fixture(scope="module")
+def profile_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "profile.json"
+    save_profile(synthetic_profile(num_layers=8), path)
+    return path
+
+
+def run(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plan_prints_the_table_and_writes_the_plan(capsys, tmp_path, profile_path):
+    out_path = tmp_path / "plan.json"
+    rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "120MiB", "--json", out_path)
+    assert rc == 0, err
+    assert "adjusted stages 0.." in out and "simulated: obscura" in out
+    for name in ("DAPPLE", "DAPPLE+", "Recomp-N", "OHP-CMB", "Strawman"):
+        assert name in out
+    plan = load_plan(out_path)
+    assert plan.num_stages == 4 and plan.adjusted_stages
+    assert all(st.predicted_peak_bytes <= 120 * 2 ** 20 for st in plan.stages)
+
+
+def test_plan_flags(capsys, profile_path):
+    rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "120MiB", "--no-cmb", "--no-swap", "--no-partition", "--no-ip")
+    assert rc == 0, err
+    lines = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]
+    assert lines and all(" 0 " in ln for ln in lines)  # lambda column: no swapping
+
+
+def test_plan_on_an_analytic_profile(capsys):
+    rc, out, err = run(capsys, "plan", "--analytic", "llama2-tiny", "--seq-len", 64, "--stages", 2,
+                       "--microbatches", 4, "--memory-limit", "1GiB")
+    assert rc == 0, err
+    assert "analytic:A100-80GB" in out and "1F1B fits" in out
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d.update(format="obscura-schedule/1"), "not an obscura-profile/1"),
+    (lambda d: d["units"]["attn"]["ops"].update(q_magic={"fwd_time": 0, "act_bytes": 0}), "unknown op 'q_magic'"),
+    (lambda d: d["units"]["mlp"].update(bwd_time=-0.1), "negative"),
+    (lambda d: d["units"].pop("head"), "missing unit 'head'"),
+])
+def test_bad_profiles_fail_with_one_line(capsys, tmp_path, mutate, needle):
+    d = synthetic_profile().to_json()
+    mutate(d)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    rc, out, err = run(capsys, "plan", "--profile", path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "1GiB")
+    assert rc == 2
+    assert err.startswith("obscura: error: ") and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--memory-limit", "lots"], "is not a size"),
+    (["--memory-limit", "30MiB"], "smallest feasible limit is"),
+    (["--memory-limit", "70MiB"], "smallest feasible limit is"),
+    (["--memory-limit", "1GiB", "--stages", "40"], "need at least as many units"),
+])
+def test_bad_requests_fail_with_one_line(capsys, profile_path, argv, needle):
+    base = {"--stages": "4", "--microbatches": "8"}
+    args = ["plan", "--profile", str(profile_path)]
+    extra = dict(zip(argv[::2], argv[1::2]))
+    for k, v in {**base, **extra}.items():
+        args += [k, v]
+    rc, out, err = run(capsys, *args)
+    assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_malformed_json_and_missing_files(capsys, tmp_path):
+    bad = tmp_path / "p.json"
+    bad.write_text('{"format": "obscura-profile/1", ')
+    for path, needle in ((bad, "malformed profile"), (tmp_path / "nope.json", "profile not found")):
+        rc, out, err = run(capsys, "plan", "--profile", path, "--stages", 2, "--microbatches", 2,
+                           "--memory-limit", "1GiB")
+        assert rc == 2 and needle in err and err.count("\n") == 1
+    rc, out, err = run(capsys, "profile", "--model", "llama2-nope", "--seq-len", 8, "--json", tmp_path / "x.json")
+    assert rc == 2 and "unknown model" in err

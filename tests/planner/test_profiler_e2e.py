@@ -1,0 +1,71 @@
+"""End to end on CPU: `obscura profile` (llama2-tiny, real compiled programs) ->
+`obscura plan` with a limit that forces adjusted stages -> a plan the engine can
+run (its schedule validates, its stages are the engine's unit ranges)."""
+import pytest
+
+import models
+from obscura_jax.cli import main
+from planner.baselines import minimum_memory
+from planner.identify import stage_peak_1f1b
+from planner.plan import load_plan, plan_to_schedule
+from planner.profile import load_profile
+from planner.residuals import exact_unit_kept, marginal_op_bytes
+from planner.search import Setting
+from schedules import validate
+
+P, M = 4, 8
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    path = tmp_path_factory.mktemp("e2e") / "tiny.json"
+    assert main(["profile", "--model", "llama2-tiny", "--seq-len", "64", "--micro-batch", "2",
+                 "--reps", "2", "--json", str(path)]) == 0
+    return path, load_profile(path)
+
+
+@pytest.mark.slow
+def test_profile_bytes_are_the_engines(measured):
+    _, prof = measured
+    cfg = models.get_config("llama2-tiny")
+    import models.info as info
+    assert prof.device == "cpu" and prof.model == "llama2-tiny" and prof.seq_len == 64
+    for kind, unit in prof.units:
+        # input + every op = what jax.vjp keeps with nothing recomputed; input = with everything
+        assert unit.kept_bytes(()) == info.unit_residual_bytes(cfg, kind, "none", 64, 2)
+        assert unit.input_bytes == info.unit_residual_bytes(cfg, kind, "full", 64, 2)
+        assert unit.fwd_time > 0 and unit.bwd_time > 0 and unit.weight_bytes > 0
+        assert all(o.fwd_time >= 0 and o.act_bytes >= 0 for _, o in unit.ops)
+    # params + grads + optax adamw's state (mu, nu and a step count)
+    import jax
+    import optax
+    params = models.init_params(cfg, 0, (1, 2))
+    nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))  # noqa: E731
+    assert prof.unit("attn").weight_bytes == 2 * nbytes(params) + nbytes(optax.adamw(1e-3).init(params))
+    assert prof.unit("attn").weight_bytes >= 4 * nbytes(params)
+    # the traced check recognises the profile; recomputing q alone frees nothing
+    kept = exact_unit_kept(prof)
+    assert kept is not None
+    assert kept("attn", frozenset({"q"})) == kept("attn", frozenset())
+    assert marginal_op_bytes(prof)["attn"][1]["q"] == 0
+
+
+@pytest.mark.slow
+def test_profile_then_plan_with_adjusted_stages(measured, tmp_path, capsys):
+    path, prof = measured
+    even = tuple(models.even_partition(prof.num_units, P))
+    need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
+    floor = minimum_memory(Setting(prof, M, float("inf")), even)[0]
+    limit = int(floor + 0.3 * (need_1f1b - floor))
+    plan_path = tmp_path / "plan.json"
+    assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
+                 "--memory-limit", str(limit), "--json", str(plan_path)]) == 0
+    out = capsys.readouterr().out
+    assert "adjusted stages 0.." in out
+    plan = load_plan(plan_path)
+    assert plan.adjusted_stages and all(st.predicted_peak_bytes <= limit for st in plan.stages)
+    sched = plan_to_schedule(plan)
+    validate(sched)
+    assert [tuple(st.units) for st in plan.stages][-1][1] == models.get_config("llama2-tiny").num_units
+    for st in plan.stages:  # every stage's recompute set is a policy the models package accepts
+        models.resolve_policy(list(st.recompute), "llama")
