@@ -18,6 +18,7 @@ from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import MeasuredCosts, measure_costs, tree_bytes
 from obscura_jax.placement import Placement
 from obscura_jax.run_config import RunConfig
+from obscura_jax.swap import choose_leaves
 from schedules.ir import Kind
 from schedules.timeline import OpRecord, Timeline
 
@@ -109,6 +110,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
                    leave=True, dynamic_ncols=True, disable=None)  # None: off when not a TTY
     peak_live = [0] * schedule.num_stages
     last = run.steps - 1
+    recorder = None
     try:
         for step in range(outcome.start_step, run.steps):
             tokens, targets = data.microbatches(step, shape)
@@ -126,7 +128,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
             seconds = time.perf_counter() - t0
             if recorder is not None:
                 outcome.update_seconds = seconds - (t_actions - t0)
-                events = recorder.close()
+                events, recorder = recorder.close(), None
                 outcome.timeline = measured_timeline(pipe, events)
             loss = float(losses.mean())
             if not np.isfinite(loss):
@@ -143,6 +145,8 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
                                      or done == run.steps):
                 ckpt.save(done, [(st.params, st.opt_state) for st in states], identity)
     finally:
+        if recorder is not None:  # a step failed while recording: stop the waiter threads
+            recorder.close()
         if bar is not None:
             bar.close()
         if ckpt is not None:
@@ -158,17 +162,16 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print) ->
 def measured_timeline(pipe: Pipeline, events) -> Timeline:
     """Events of one iteration -> a Timeline with the simulator's statistics."""
     ops = infer_ops(events, pipe.schedule.num_stages, pipe.executor.order)
+    moved = [_swapped_bytes_per_block(pipe, s) for s in range(len(pipe.programs))]
     records = []
     for op in ops:
         a = op.action
-        prog = pipe.programs[a.stage]
-        nbytes = None
-        if a.kind is Kind.F:
-            nbytes = float(prog.residual_bytes)
+        nbytes = None  # F: the stage's kept bytes; SO/SI: what the leaf choice really moved
+        if a.kind in (Kind.SO, Kind.SI):
+            nbytes = float(moved[a.stage])
         records.append(OpRecord.of(a, op.start, op.end, 0.0, nbytes))
-    swapped = pipe.executor.swap_fraction if pipe.executor.swap_enabled else [0.0] * len(pipe.programs)
     kept = [float(p.residual_bytes) for p in pipe.programs]
-    return Timeline.from_ops(pipe.schedule.num_stages, records, kept, swapped,
+    return Timeline.from_ops(pipe.schedule.num_stages, records, kept,
                              name=f"{pipe.schedule.name} (measured)")
 
 
@@ -263,17 +266,18 @@ def _gbps(bytes_per_second: float):
     return bytes_per_second / 1e9 if bytes_per_second and np.isfinite(bytes_per_second) else None
 
 
-def _swapped_bytes_per_iteration(pipe: Pipeline, kind: Kind) -> int:
-    """Bytes one iteration's SO (or SI) actions move, from the leaf choice rule."""
-    from obscura_jax.swap import choose_leaves
+def _swapped_bytes_per_block(pipe: Pipeline, stage: int) -> int:
+    """Bytes one SO (or SI) of `stage` moves, from the leaf choice rule."""
     if not pipe.executor.swap_enabled:
         return 0
-    total = 0
-    for s, (spec, prog) in enumerate(zip(pipe.schedule.stages, pipe.programs)):
-        n = sum(1 for a in spec.actions if a.kind is kind)
-        slots = choose_leaves(prog.residual_leaf_bytes, spec.swap_fraction)
-        total += n * sum(prog.residual_leaf_bytes[i] for i in slots)
-    return total
+    sizes = pipe.programs[stage].residual_leaf_bytes
+    return sum(sizes[i] for i in choose_leaves(sizes, pipe.schedule.stages[stage].swap_fraction))
+
+
+def _swapped_bytes_per_iteration(pipe: Pipeline, kind: Kind) -> int:
+    """Bytes one iteration's SO (or SI) actions move."""
+    return sum(sum(1 for a in spec.actions if a.kind is kind) * _swapped_bytes_per_block(pipe, s)
+               for s, spec in enumerate(pipe.schedule.stages))
 
 
 def _swap_overlap(timeline: Timeline, devices) -> float | None:
