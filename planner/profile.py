@@ -272,6 +272,18 @@ def save_profile(profile: Profile, path) -> None:
 def derive_profile(profile: Profile, num_layers: int, model: str | None = None) -> Profile:
     """The same per-unit costs with another layer count: the paper's 18/23/28B
     models are the 13B shape with more layers, so a measured 13B profile stands in
-    for them (`model` names the result, e.g. "llama2-28b")."""
+    for them. `model` names the result; by default the registered model of the
+    same shape with that many layers (llama2-13b at 88 layers -> llama2-28b), else
+    "<model>@<layers>L"."""
     _integer("num_layers", num_layers)
-    return replace(profile, num_layers=num_layers, model=model or profile.model)
+    return replace(profile, num_layers=num_layers, model=model or _same_shape(profile.model, num_layers))
+
+
+def _same_shape(model: str, num_layers: int) -> str:
+    from models.config import CONFIGS
+    if model in CONFIGS:
+        cfg = CONFIGS[model]
+        for name, other in CONFIGS.items():
+            if other == cfg.replace(name=name, num_layers=num_layers):
+                return name
+    return f"{model}@{num_layers}L"
