@@ -148,6 +148,10 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Se
         x, targets = _inputs(cfg, kind, seq_len, micro_batch, device)
         base = build_program(cfg, unit_range, policies[-1], device, shape)
         timing = time_stage(base, params, x, targets, reps)
+        scratch = getattr(base, "temp_bytes", 0)
+        if scratch:
+            run.notes.append(f"{kind}: XLA scratch {scratch} B per program, not in the profile format "
+                             f"(the planner does not count it: keep it free with `obscura plan --reserve`)")
         if base.residual_bytes != sizes[-1]:
             run.notes.append(f"{kind}: engine residual {base.residual_bytes} B != traced {sizes[-1]} B")
         # Time the backward only where saving one more op changes the residuals:
