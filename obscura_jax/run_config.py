@@ -90,10 +90,7 @@ class RunConfig:
         from schedules.validator import validate
 
         if self.plan:
-            try:
-                from planner import load_plan, plan_to_schedule
-            except ImportError:  # older planner packages export them from planner.plan only
-                from planner.plan import load_plan, plan_to_schedule
+            from planner import load_plan, plan_to_schedule
             plan = load_plan(self.plan)
             schedule = plan_to_schedule(plan)
             partition = [tuple(st.units) for st in plan.stages]
