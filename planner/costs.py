@@ -36,31 +36,6 @@ def check_partition(partition: Sequence[Sequence[int]], num_units: int) -> Parti
     return part
 
 
-def even_partition(num_units: int, num_stages: int) -> Partition:
-    """The paper's even split: the 2L transformer units spread evenly, embed joins
-    the first stage and head the last (2L/p units each, +1 on the ends). Leftover
-    layer units, when 2L is not a multiple of p, go to the middle stages first,
-    which carry neither embed nor head."""
-    p = num_stages
-    if p < 1:
-        raise PlanError(f"number of stages must be >= 1, got {p}")
-    body = num_units - 2
-    if body < p:
-        raise PlanError(f"cannot split {num_units} units ({body} layer units) over {p} stages")
-    sizes = [body // p] * p
-    extra = body - sum(sizes)
-    order = sorted(range(p), key=lambda s: (s in (0, p - 1), abs(s - (p - 1) / 2)))
-    for s in order[:extra]:
-        sizes[s] += 1
-    sizes[0] += 1
-    sizes[-1] += 1
-    bounds, pos = [], 0
-    for n in sizes:
-        bounds.append((pos, pos + n))
-        pos += n
-    return tuple(bounds)
-
-
 @dataclass(frozen=True)
 class StageView:
     """One stage of a partitioned profile: sums over its units."""
