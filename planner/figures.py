@@ -252,10 +252,28 @@ def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, nu
                      "iteration_s": t, "dapple_plus_s": t_plus,
                      "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
                      "schedule": ev.config.schedule if ev is not None else "",
+                     "order": order_kind(ev) if ev is not None else "",
                      "adjusted": " ".join(map(str, ev.config.adjusted)) if ev is not None else "",
                      "partition": " ".join("%d-%d" % u for u in ev.config.partition) if ev is not None else "",
                      "plan_source": plan_source, "memory_limit_gib": limit / GIB, "profile": source.label})
     return rows
+
+
+def order_kind(ev) -> str:
+    """Which F/B order a configuration runs: '1f1b', the generators' own
+    'strawman' or 'recomp' order, or 'relaxed' (Obscura's dependency relaxation);
+    swap actions are ignored."""
+    from schedules import Kind, generate
+    cfg = ev.config
+    if not cfg.adjusted:
+        return "1f1b"
+    p, m = len(cfg.partition), ev.schedule.num_microbatches
+    rows = tuple(tuple(a for a in st.actions if a.kind in (Kind.F, Kind.B, Kind.W)) for st in ev.schedule.stages)
+    for name in ("strawman", "recomp"):
+        ref = generate(name, p, m, adjusted=max(cfg.adjusted))
+        if rows == tuple(st.actions for st in ref.stages):
+            return name
+    return "relaxed"
 
 
 def run_tasks(fn: Callable[..., list[dict]], tasks: Sequence[tuple], jobs: int = 1) -> list[dict]:

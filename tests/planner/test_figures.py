@@ -119,6 +119,8 @@ def test_fig16_ablation(tmp_path):
     # Algorithm 1's result is kept only when it simulates faster
     assert _num(by["partition"]["iteration_s"]) <= _num(by["swap_recompute"]["iteration_s"]) + 1e-12
     assert by["relaxation"]["schedule"] == "obscura" and by["relaxation"]["adjusted"] != ""
+    assert (by["strawman"]["order"], by["ceiling"]["order"]) == ("strawman", "1f1b")
+    assert by["relaxation"]["order"] in ("relaxed", "strawman", "recomp")
 
 
 def test_missing_profile_falls_back_loudly(tmp_path, capsys):
