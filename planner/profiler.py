@@ -12,12 +12,13 @@ split, the same residuals) for a single unit and measures:
   unit's input (and the head's targets);
 - per op, by telescoping in forward order: op i's act_bytes is how much the
   residual grows when it is saved in addition to ops 0..i-1 (the rest
-  recomputed), and its fwd_time is how much the unit's forward+backward shrinks
-  then (the recompute that saving it avoids). Residuals are the leaves `jax.vjp`
+  recomputed), and its fwd_time is how much the unit's backward shrinks then
+  (the recompute that saving it avoids). Residuals are the leaves `jax.vjp`
   keeps in the real unit code (traced, models.info; the engine's program is
-  checked to agree); times are real runs of compiled forward+backward programs,
-  one per recompute set, run round-robin (3 x reps rounds) and taking each one's
-  fastest run, since only their differences are used. Sets with equal residuals
+  checked to agree); times are real runs of compiled backward programs (the
+  forward runs eagerly, so nothing is shared with it), one per recompute set, run
+  round-robin (3 x reps rounds) and taking each one's fastest run, since only
+  their differences are used. Sets with equal residuals
   run the same backward, so only sets that change the residuals are compiled and
   an op that changes nothing is credited 0 (its time goes to the next op that
   does). The sums telescope: input_bytes + sum(act_bytes) is the residual with
@@ -78,30 +79,25 @@ def _tree_bytes(tree) -> int:
     return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
-def _fused_program(cfg, kind: str, policy, params, x, targets):
-    """Compiled forward + backward of one unit under `policy` (one XLA program:
-    half the compiles of a separate pair, and the recompute inside the backward is
-    the same, since jax.checkpoint keeps it from being CSE'd with the forward)."""
+def _backward_program(cfg, kind: str, policy, params, x, targets):
+    """The unit's backward under `policy`, compiled on its own: the forward runs
+    eagerly (jax.vjp outside jit) and only the pullback is jitted, as in the
+    engine, where forward and backward are separate programs. (Forward and
+    backward in ONE program measured no recompute at all on the H200: XLA reuses
+    the forward's values instead of recomputing them.)"""
     import jax
     import jax.numpy as jnp
     from models.stage import unit_apply_fn
     f = unit_apply_fn(cfg, kind, policy)
     if kind == "embed":
-        def run(p, x, dy):
-            return jax.vjp(lambda q: f(q, x), p)[1](dy)
-        dy = jnp.ones((x.shape[0], x.shape[1], cfg.hidden), jnp.dtype(cfg.compute_dtype))
-        args = (params, x, dy)
+        y, pullback = jax.vjp(lambda q: f(q, x), params)
     elif kind == "head":
-        def run(p, x, t, dy):
-            return jax.vjp(lambda q, h: f(q, h, t), p, x)[1](dy)
-        args = (params, x, targets, jnp.ones((), jnp.float32))
+        y, pullback = jax.vjp(lambda q, h: f(q, h, targets), params, x)
     else:
-        def run(p, x, dy):
-            return jax.vjp(f, p, x)[1](dy)
-        args = (params, x, jnp.ones(x.shape, x.dtype))
-    args = jax.device_put(args, x.devices().pop())
-    compiled = jax.jit(run).lower(*args).compile()
-    return lambda: jax.block_until_ready(compiled(*args))
+        y, pullback = jax.vjp(f, params, x)
+    dy = jnp.ones_like(y)
+    compiled = jax.jit(lambda pb, g: pb(g)).lower(pullback, dy).compile()
+    return lambda: jax.block_until_ready(compiled(pullback, dy))
 
 
 def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Sequence[str] | None = None,
@@ -159,11 +155,11 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Se
         # to the next op that does change them.
         distinct = [0] + [j for j in range(1, len(sizes)) if sizes[j] != sizes[j - 1]]
         unit_params = params[models.unit_names(cfg)[unit_range[0]]]
-        say(f"{kind}: {len(distinct) if len(distinct) > 1 else 0} forward+backward programs")
-        fused_time = {}
+        say(f"{kind}: {len(distinct) if len(distinct) > 1 else 0} backward programs")
+        bwd_time = {}
         if len(distinct) > 1:
-            programs = {j: _fused_program(cfg, kind, policies[j], unit_params, x, targets) for j in distinct}
-            fused_time = _round_robin_min(programs, 3 * reps)
+            programs = {j: _backward_program(cfg, kind, policies[j], unit_params, x, targets) for j in distinct}
+            bwd_time = _round_robin_min(programs, 3 * reps)
         op_prof = {}
         prev = 0
         for i, op in enumerate(choice):
@@ -171,8 +167,8 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Se
             if grew < 0:
                 run.notes.append(f"{kind}.{op}: saving it shrank the residual by {-grew} bytes; recorded 0")
             t = 0.0
-            if (i + 1) in fused_time:
-                t = max(fused_time[prev] - fused_time[i + 1], 0.0)
+            if (i + 1) in bwd_time:
+                t = max(bwd_time[prev] - bwd_time[i + 1], 0.0)
                 prev = i + 1
             op_prof[op] = OpProfile(t, float(max(grew, 0)))
         optimizer = _tree_bytes(jax.eval_shape(optax.adamw(1e-3).init, params))
