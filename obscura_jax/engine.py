@@ -70,8 +70,12 @@ class Pipeline:
     executor: PipelineExecutor
 
     def init_state(self, seed: int) -> list[StageState]:
-        """Each stage initialises its own units (equal to slicing the whole model's)."""
-        params = [models.init_params(self.cfg, seed, unit_range=r) for r in self.partition]
+        """Each stage initialises its own units (equal to slicing the whole model's)
+        directly on its device, so no device ever holds the whole model."""
+        params = []
+        for r, dev in zip(self.partition, self.placement.devices):
+            with jax.default_device(dev):
+                params.append(models.init_params(self.cfg, seed, unit_range=r))
         return self.executor.init_state(params)
 
     def stage_rows(self) -> list[dict]:
