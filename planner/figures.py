@@ -164,6 +164,7 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "obscura_schedule": result.plan.schedule if result is not None else "infeasible",
             "obscura_adjusted": " ".join(map(str, result.plan.adjusted_stages)) if result is not None else "",
             "obscura_source": result.source if result is not None else "",
+            "order": order_kind(ev) if ev is not None else "",
             "profile": source.label})
     return rows
 

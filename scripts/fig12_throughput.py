@@ -71,7 +71,8 @@ def summary(rows, limit_gib) -> list[str]:
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
         lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
                      f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp}{paper}  "
-                     f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}]")
+                     f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}, "
+                     f"{r['order']} order]")
     return lines
 
 
