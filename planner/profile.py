@@ -10,9 +10,12 @@ costs the same.
 Under a recompute set R (op names, or the preset "full") a unit keeps
     input_bytes + sum(act_bytes of its ops not in R)     ("full": input_bytes)
 per micro-batch and redoes
-    min(sum(fwd_time of its ops in R), fwd_time)          ("full": fwd_time)
+    min(sum(fwd_time of its ops in R), fwd_time)          ("full": every op)
 inside its backward (design.md, "Profile JSON"; the cap at fwd_time is ours:
-recomputing part of a unit never costs more than all of it).
+recomputing part of a unit never costs more than all of it). "full" costs the sum
+over all ops too, not the unit's whole forward: a backward recomputes only what it
+needs (XLA drops e.g. mlp_down, whose output only feeds the residual add), and a
+profile's per-op times price exactly that. For an analytic profile the two agree.
 """
 from __future__ import annotations
 
@@ -100,9 +103,7 @@ class UnitProfile:
         part of a unit never costs more than recomputing all of it (this also keeps
         noisy per-op timings from pricing a few ops above the whole forward)."""
         r = frozenset(recompute)
-        if FULL in r:
-            return self.fwd_time
-        return min(sum(o.fwd_time for n, o in self.ops if n in r), self.fwd_time)
+        return min(sum(o.fwd_time for n, o in self.ops if FULL in r or n in r), self.fwd_time)
 
     def recomputed_bytes(self, recompute: Iterable[str] = ()) -> float:
         """Bytes rematerialised at once when this unit's backward recomputes R: the

@@ -25,7 +25,11 @@ def test_kept_bytes_and_recompute_time_follow_the_contract():
     assert attn.kept_bytes({"q", "attn_core"}) == 1 * MB + 3 * MB
     assert attn.kept_bytes({FULL}) == attn.input_bytes
     assert attn.recompute_time({"q", "attn_core"}) == pytest.approx(0.5)
-    assert attn.recompute_time({FULL}) == attn.fwd_time
+    # "full" recomputes every op the backward needs: the sum of per-op times, capped
+    assert attn.recompute_time({FULL}) == pytest.approx(min(sum(o.fwd_time for _, o in attn.ops),
+                                                            attn.fwd_time))
+    cheap = UnitProfile(2.0, 4.0, 0, 0, {"q": OpProfile(0.3, 1), "attn_proj": OpProfile(0.0, 0)})
+    assert cheap.recompute_time({FULL}) == pytest.approx(0.3)
     # never more than the whole forward, whatever the per-op figures say
     noisy = UnitProfile(1.0, 2.0, 0, 0, {"q": OpProfile(0.8, 1), "k": OpProfile(0.8, 1)})
     assert noisy.recompute_time({"q", "k"}) == 1.0
