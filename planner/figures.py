@@ -129,6 +129,14 @@ def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages:
         return None
 
 
+def _plan_or_raise(prof: Profile, global_batch: int, limit: int, num_stages: int, reserve):
+    result = plan_case(prof, global_batch, limit, num_stages, reserve)
+    if result is None:
+        raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
+                              f"{limit / GIB:.2f} GiB in any configuration")
+    return result
+
+
 def evaluations(result) -> dict[str, Any]:
     """Every system of a plan search by name: the baselines and 'obscura'."""
     return {**result.baselines, "obscura": result.best}
@@ -175,10 +183,7 @@ def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_
     optimizer state) + activations + the recompute working set."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages, reserve)
-    if result is None:
-        raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
-                              f"{limit / GIB:.2f} GiB in any configuration")
+    result = _plan_or_raise(prof, global_batch, limit, num_stages, reserve)
     rows = []
     for name, ev in evaluations(result).items():
         for s in range(num_stages):
@@ -200,10 +205,7 @@ def stage_time_rows(source: Source, size: str, global_batch: int, memory_limit, 
     (all the time it idles before that, the start-up wait included)."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages, reserve)
-    if result is None:
-        raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
-                              f"{limit / GIB:.2f} GiB in any configuration")
+    result = _plan_or_raise(prof, global_batch, limit, num_stages, reserve)
     evs = evaluations(result)
     rows = []
     for name in systems:
@@ -290,37 +292,35 @@ def run_tasks(fn: Callable[..., list[dict]], tasks: Sequence[tuple], jobs: int =
     return [row for part in parts for row in part]
 
 
-def default_jobs() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
-
-
 def write_csv(path, rows: Sequence[dict]) -> Path:
-    """CSV of `rows` (columns: every key, first-seen order; None -> empty), written
-    through a temporary file and renamed, so an existing file is never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """CSV of `rows` (columns: every key, first-seen order; None -> empty)."""
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
-            for r in rows:
-                w.writerow({k: _cell(r.get(k)) for k in fields})
-        _publish(tmp, path)
+            w.writerows({k: _cell(r.get(k)) for k in fields} for r in rows)
+    return _atomic(Path(path), write)
+
+
+def _atomic(path: Path, write: Callable[[str], None]) -> Path:
+    """write(temporary name) beside `path`, then rename it over `path`, so an
+    existing file is never half-written; permissions as a plain open() would give
+    (mkstemp makes files private)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def _publish(tmp: str, path: Path) -> None:
-    """Rename into place with the permissions a plain open() would have given
-    (mkstemp makes files private)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)
-    os.replace(tmp, path)
 
 
 def _cell(v):
@@ -341,27 +341,15 @@ def new_figure(nrows: int, ncols: int, size: tuple[float, float]):
     return fig, axes
 
 
-def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source], note: str = "") -> Path:
-    """Title on top, 'simulated from <source>' (and `note`) at the bottom, PNG
-    written through a temporary file. Returns the PNG's path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source]) -> Path:
+    """Title on top, 'simulated from <source>' at the bottom (red unless every
+    source is a measured profile without cautions); returns the PNG's path."""
     sources = list(sources)
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    foot = source_text(sources) + (f"\n{note}" if note else "")
     color = "black" if all(s.measured and not s.caution for s in sources) else "#B00020"
-    fig.text(0.01, 0.005, foot, fontsize=6.5, ha="left", va="bottom", color=color, wrap=True)
-    fig.tight_layout(rect=(0, 0.05 + 0.02 * foot.count("\n"), 1, 0.95))
-    path = out / f"{stem}.png"
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=out)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        _publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    fig.text(0.01, 0.005, source_text(sources), fontsize=6.5, ha="left", va="bottom", color=color, wrap=True)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    return _atomic(Path(out_dir) / f"{stem}.png", lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
 
 
 def add_common_args(ap, default_sizes: str, default_batches: str, families: str = "llama2,gpt3") -> None:
@@ -378,42 +366,33 @@ def add_common_args(ap, default_sizes: str, default_batches: str, families: str 
     ap.add_argument("--reserve", default="0", metavar="SIZE",
                     help="keep this much of the limit free for what the memory model does not count (default 0)")
     ap.add_argument("--stages", type=int, default=NUM_STAGES, help=f"pipeline stages p (default {NUM_STAGES})")
-    ap.add_argument("--jobs", type=int, default=default_jobs(), help="planning processes (default: CPU count, max 4)")
+    ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="planning processes (default: CPU count, max 4)")
 
 
-def parse_list(text: str, what: str, known: Iterable[str] | None = None) -> list[str]:
+def _parse_list(text: str, what: str, known: Iterable[str] | None = None) -> list[str]:
     items = [t.strip().lower() for t in text.split(",") if t.strip()]
-    if not items:
-        raise ValueError(f"--{what} is empty")
-    if known is not None:
-        bad = [t for t in items if t not in known]
-        if bad:
-            raise ValueError(f"unknown {what} {bad[0]!r} (known: {', '.join(known)})")
+    bad = [t for t in items if known is not None and t not in known]
+    if not items or bad:
+        raise ValueError(f"--{what} is empty" if not items else
+                         f"unknown {what} {bad[0]!r} (known: {', '.join(known)})")
     return items
-
-
-def parse_batches(text: str) -> list[int]:
-    out = []
-    for t in parse_list(text, "batches"):
-        if not t.isdigit() or int(t) < 1:
-            raise ValueError(f"global batch {t!r} is not a positive integer")
-        out.append(int(t))
-    return out
 
 
 def common_inputs(args) -> tuple[list[str], list[str], list[int]]:
     """(families, sizes, batches) from add_common_args' options, every option
     checked before any planning starts."""
-    families = parse_list(args.families, "families", FAMILIES)
-    sizes = parse_list(args.sizes, "sizes", SIZES)
-    batches = parse_batches(args.batches)
+    batches = _parse_list(args.batches, "batches")
+    for t in batches:
+        if not t.isdigit() or int(t) < 1:
+            raise ValueError(f"global batch {t!r} is not a positive integer")
     parse_memory_limit(args.memory_limit)
     if str(args.reserve) != "0":
         parse_memory_limit(args.reserve)
     for what, v in (("stages", args.stages), ("jobs", args.jobs)):
         if v < 1:
             raise ValueError(f"--{what} must be >= 1, got {v}")
-    return families, sizes, batches
+    return (_parse_list(args.families, "families", FAMILIES), _parse_list(args.sizes, "sizes", SIZES),
+            [int(t) for t in batches])
 
 
 def cli_main(prog: str, body: Callable[[], int]) -> int:
