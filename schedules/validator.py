@@ -16,6 +16,7 @@ following lines show the stage x step grid with the offending action(s) marked.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from schedules.errors import ScheduleError
@@ -40,9 +41,21 @@ def problems(schedule: Schedule) -> list[Problem]:
     return found
 
 
+# Schedules are frozen and hashable, and planners validate the same candidate many
+# times (generate, then simulate): remember the last few that passed.
+_KNOWN_VALID: "OrderedDict[Schedule, None]" = OrderedDict()
+_KNOWN_VALID_SIZE = 512
+
+
 def validate(schedule: Schedule) -> None:
+    if schedule in _KNOWN_VALID:
+        _KNOWN_VALID.move_to_end(schedule)
+        return
     found = problems(schedule)
     if not found:
+        _KNOWN_VALID[schedule] = None
+        if len(_KNOWN_VALID) > _KNOWN_VALID_SIZE:
+            _KNOWN_VALID.popitem(last=False)
         return
     first = found[0]
     more = f" (and {len(found) - 1} more problem{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
