@@ -145,7 +145,8 @@ def evaluations(result) -> dict[str, Any]:
 def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
                     reserve=0) -> list[dict]:
     """Fig. 12: one row per system (m = global batch at micro-batch 1); a system
-    that does not fit has no iteration time ('OOM')."""
+    that does not fit has no iteration time ('OOM'). The ceiling is DAPPLE's
+    speedup had it fit: no recompute, memory unlimited."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
     result = plan_case(prof, global_batch, limit, num_stages, reserve)
@@ -166,6 +167,7 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "fits": fits, "iteration_s": t, "samples_per_s": samples,
             "tokens_per_s": samples * prof.seq_len * prof.micro_batch if samples else None,
             "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
+            "ceiling_vs_dapple_plus": t_plus / evs["dapple"].makespan if t_plus and "dapple" in evs else None,
             "paper_speedup_low": paper[0] if name == "obscura" else None,
             "paper_speedup_high": paper[1] if name == "obscura" else None,
             "max_stage_peak_gib": max(ev.peaks) / GIB if ev is not None else None,

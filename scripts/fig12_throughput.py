@@ -41,7 +41,8 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                     if name == "obscura" and r["speedup_vs_dapple_plus"]:
                         paper = ("\npaper %.2f-%.2f" % (r["paper_speedup_low"], r["paper_speedup_high"])
                                  if r["paper_speedup_low"] else "")
-                        ax.text(x, r["samples_per_s"] * 1.01, "x%.2f%s" % (r["speedup_vs_dapple_plus"], paper),
+                        ceil = " (max %.2f)" % r["ceiling_vs_dapple_plus"] if r["ceiling_vs_dapple_plus"] else ""
+                        ax.text(x, r["samples_per_s"] * 1.01, "x%.2f%s%s" % (r["speedup_vs_dapple_plus"], ceil, paper),
                                 ha="center", va="bottom", fontsize=5.5)
             ax.set_xticks(range(len(batches)))
             ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
@@ -54,7 +55,7 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                 ax.spines[side].set_visible(False)
     axes[0][0].legend(fontsize=6.5, frameon=False, ncol=2, loc="upper left")
     title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {F.SEQ_LEN}, mb {F.MICRO_BATCH}, "
-             f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (ours vs the paper's)")
+             f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (max: no recompute, unlimited memory) and the paper's")
     return F.save_figure(fig, out, "fig12_throughput", title, sources)
 
 
@@ -67,10 +68,10 @@ def summary(rows, limit_gib) -> list[str]:
                 and x["memory_limit_gib"] == limit_gib]
         cols = "  ".join("%s %s" % (F.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
                                     else "%.3f" % x["samples_per_s"]) for x in case if x["system"] in SHOWN)
-        sp = r["speedup_vs_dapple_plus"]
+        sp, ceil = r["speedup_vs_dapple_plus"], r["ceiling_vs_dapple_plus"]
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
         lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
-                     f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp}{paper}  "
+                     f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp} (max {'-' if ceil is None else '%.3f' % ceil}){paper}  "
                      f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}, "
                      f"{r['order']} order]")
     return lines
