@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fig. 16: simulated ablation of Obscura vs global batch (16..128) on Llama-2 23B
+"""Fig. 16: simulated ablation of Obscura vs global batch (16..128) on Llama-2 23B and 28B
 (p=8, 80 GiB): speedup over DAPPLE+ of dependency relaxation alone, + swapping-
 aware recompute, + partition adjustment, + CMB-Identifying (= full Obscura), with
 the strawman and the no-recompute ceiling from the same runs.
@@ -80,7 +80,7 @@ def table(rows, model) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    F.add_common_args(ap, "23b", "16,32,64,128", families="llama2")
+    F.add_common_args(ap, "23b,28b", "16,32,64,128", families="llama2")
     args = ap.parse_args(argv)
 
     def body() -> int:
