@@ -1,6 +1,6 @@
 """The planner on Llama-2 28B (p = 8, seq 4096, micro-batch 1, 80 GiB), m in {16, 32, 64}:
 the plan, simulated speedups over DAPPLE+ next to the paper's, the ablation, and
-how long planning takes. Prints markdown for docs/bench/planner.md.
+how long planning takes. Prints markdown for BENCHMARKS.md ("Planner").
 
     python scripts/plan_28b.py                         # analytic A100-80GB-like profile
     python scripts/plan_28b.py --profile results/h200/llama2-13b.json   # a measured 13B

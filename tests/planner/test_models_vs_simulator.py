@@ -1,5 +1,5 @@
 """The paper's memory (Eq. 1) and time (Eq. 2-3) models against the simulator,
-which is the judge. Differences found (reported in docs/bench/planner.md):
+which is the judge. Differences found (reported in BENCHMARKS.md ("Planner")):
 - Eq. 3 equals the simulated makespan exactly for uniform costs without swapping
   (1F1B, Recomp-All, Obscura for every k);
 - Eq. 1 equals the count over the generated order exactly; the simulator, which
