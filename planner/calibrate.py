@@ -24,9 +24,11 @@ recomputed, e.g. mlp_down, whose output only feeds the residual add):
 
 Units the stage did not cover (embed, head), and models without their own stage
 measurement (scale=...), keep the analytic split scaled to the unit's measured
-forward by the measured ratio recompute/forward of the attn+mlp layer. The
-profile's device string says "calibrated" and names the source, so nothing
-downstream can mistake these times for direct per-op measurements.
+forward by the measured ratio recompute/forward of the attn+mlp layer. Each
+unit's `full_recompute_time` (the cost of the `full` preset) is the sum of its
+calibrated op times, i.e. the measured d_full. The profile's device string says
+"calibrated" and names the source, so nothing downstream can mistake these times
+for direct per-op measurements.
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def _scaled_unit(unit: UnitProfile, analytic: UnitProfile, ratio: float) -> Unit
     ops = dict(unit.ops)
     weights = {n: o.fwd_time for n, o in analytic.ops}
     times = _split(ratio * unit.fwd_time, ops, list(ops), weights)
-    return replace(unit, ops=tuple((n, OpProfile(times.get(n, 0.0), o.act_bytes)) for n, o in unit.ops))
+    return replace(unit, ops=tuple((n, OpProfile(times.get(n, 0.0), o.act_bytes)) for n, o in unit.ops),
+                   full_recompute_time=sum(times.values()))
 
 
 def calibrate_profile(measured: Profile, analytic: Profile, overheads: dict[str, float] | None = None,
@@ -88,8 +91,10 @@ def calibrate_profile(measured: Profile, analytic: Profile, overheads: dict[str,
         times = {**cmb_times, **mlp_rest, **att_rest}
         for kind, ops in (("attn", att), ("mlp", mlp)):
             u = measured.unit(kind)
-            units[kind] = replace(u, ops=tuple((n, OpProfile(times.get(n, 0.0), o.act_bytes))
-                                               for n, o in u.ops))
+            unit_times = [times.get(n, 0.0) for n, _ in u.ops]
+            units[kind] = replace(u, ops=tuple((n, OpProfile(t, o.act_bytes))
+                                               for t, (n, o) in zip(unit_times, u.ops)),
+                                  full_recompute_time=sum(unit_times))
         layer_fwd = measured.unit("attn").fwd_time + measured.unit("mlp").fwd_time
         ratio = max(overheads["full"], 0.0) / layer_fwd
         ratios = {"attn": ratio, "mlp": ratio, "embed": ratio, "head": ratio, **(ratios or {})}

@@ -10,12 +10,13 @@ costs the same.
 Under a recompute set R (op names, or the preset "full") a unit keeps
     input_bytes + sum(act_bytes of its ops not in R)     ("full": input_bytes)
 per micro-batch and redoes
-    min(sum(fwd_time of its ops in R), fwd_time)          ("full": every op)
-inside its backward (design.md, "Profile JSON"; the cap at fwd_time is ours:
-recomputing part of a unit never costs more than all of it). "full" costs the sum
-over all ops too, not the unit's whole forward: a backward recomputes only what it
-needs (XLA drops e.g. mlp_down, whose output only feeds the residual add), and a
-profile's per-op times price exactly that. For an analytic profile the two agree.
+    min(sum(fwd_time of its ops in R), full)     ("full": full)
+inside its backward, where full = the unit's optional `full_recompute_time`, else
+its fwd_time (design.md, "Profile JSON"; the cap is ours: recomputing part of a unit
+never costs more than all of it). `full_recompute_time` is an optional extra key: a
+backward recomputes only what it needs (XLA drops e.g. mlp_down, whose output only
+feeds the residual add), so a measured full recompute can cost well under the whole
+forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
 """
 from __future__ import annotations
 
@@ -72,10 +73,14 @@ class UnitProfile:
     weight_bytes: float  # params + grads + optimizer state
     input_bytes: float   # always kept (the unit's input is its checkpoint)
     ops: tuple[tuple[str, OpProfile], ...] = ()
+    full_recompute_time: float | None = None  # measured cost of "full"; None: fwd_time
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
             object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
+        if self.full_recompute_time is not None:
+            object.__setattr__(self, "full_recompute_time",
+                               _number("unit full_recompute_time", self.full_recompute_time))
         ops = self.ops.items() if isinstance(self.ops, Mapping) else self.ops
         ops = tuple((str(n), o if isinstance(o, OpProfile) else OpProfile(**o)) for n, o in ops)
         if len({n for n, _ in ops}) != len(ops):
@@ -85,6 +90,11 @@ class UnitProfile:
     @property
     def op_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.ops)
+
+    @property
+    def full_recompute(self) -> float:
+        """Cost of recomputing the whole unit inside its backward."""
+        return self.fwd_time if self.full_recompute_time is None else self.full_recompute_time
 
     def op(self, name: str) -> OpProfile:
         for n, o in self.ops:
@@ -103,7 +113,10 @@ class UnitProfile:
         part of a unit never costs more than recomputing all of it (this also keeps
         noisy per-op timings from pricing a few ops above the whole forward)."""
         r = frozenset(recompute)
-        return min(sum(o.fwd_time for n, o in self.ops if FULL in r or n in r), self.fwd_time)
+        full = self.full_recompute
+        if FULL in r:
+            return full
+        return min(sum(o.fwd_time for n, o in self.ops if n in r), full)
 
     def recomputed_bytes(self, recompute: Iterable[str] = ()) -> float:
         """Bytes rematerialised at once when this unit's backward recomputes R: the
@@ -199,6 +212,8 @@ class Profile:
             "p2p_bandwidth": self.p2p_bandwidth, "p2p_latency": self.p2p_latency,
             "units": {kind: {"fwd_time": u.fwd_time, "bwd_time": u.bwd_time,
                              "weight_bytes": u.weight_bytes, "input_bytes": u.input_bytes,
+                             **({} if u.full_recompute_time is None
+                                else {"full_recompute_time": u.full_recompute_time}),
                              "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
                                      for n, o in u.ops}}
                       for kind, u in self.units},
@@ -251,6 +266,9 @@ def profile_from_json(d: Any) -> Profile:
             ops.append((name, OpProfile(_number(f"{where}.fwd_time", o["fwd_time"]),
                                         _number(f"{where}.act_bytes", o["act_bytes"]))))
         vals = {key: _number(f"units.{kind}.{key}", u[key]) for key in _UNIT_KEYS}
+        if u.get("full_recompute_time") is not None:
+            vals["full_recompute_time"] = _number(f"units.{kind}.full_recompute_time",
+                                                  u["full_recompute_time"])
         parsed[kind] = UnitProfile(**vals, ops=tuple(ops))
     top = {key: d[key] for key in _TOP_KEYS if key != "units"}
     for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):

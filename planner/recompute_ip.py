@@ -45,14 +45,14 @@ class StageProblem:
     `unit_op_bytes` gives, per distinct unit kind of the stage, the bytes of each op
     (same order as `ops`) in ONE unit: the working set while that unit recomputes.
     With `unit_caps` = ((count, unit fwd_time, per-op times in one unit), ...) per
-    kind, a kind's recompute time is capped at its units' whole forward
+    kind, a kind's recompute time is capped at its units' full recompute
     (planner.profile.UnitProfile.recompute_time); without, r = sum of op_time."""
     ops: tuple[str, ...]
     op_time: tuple[float, ...]
     op_bytes: tuple[float, ...]
     unit_op_bytes: tuple[tuple[float, ...], ...]
     base_bytes: float      # unit inputs: kept whatever is recomputed
-    full_time: float       # recompute time of "full" (the stage's whole forward)
+    full_time: float       # recompute time of "full" (UnitProfile.full_recompute summed)
     fwd: float
     bwd: float
     weight_bytes: float

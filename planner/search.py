@@ -204,11 +204,12 @@ def stage_problem(setting: Setting, partition: Partition, s: int, resident: floa
         counts = {kind: v.kinds.count(kind) for kind in kinds}
         base = sum(counts[kd] * marginal[kd][0] for kd in kinds)
         op_bytes = tuple(sum(counts[kd] * marginal[kd][1].get(n, 0.0) for kd in kinds) for n in v.op_names)
-    caps = tuple((v.kinds.count(kind), prof.unit(kind).fwd_time,
+    caps = tuple((v.kinds.count(kind), prof.unit(kind).full_recompute,
                   tuple(_op_time(prof, kind, n) for n in v.op_names)) for kind in kinds)
     return StageProblem(
         ops=v.op_names, op_time=tuple(t for _, t in v.op_time), op_bytes=op_bytes,
-        unit_op_bytes=per_kind, base_bytes=base, full_time=v.fwd, fwd=v.fwd, bwd=v.bwd,
+        unit_op_bytes=per_kind, base_bytes=base,
+        full_time=sum(prof.unit(k).full_recompute for k in v.kinds), fwd=v.fwd, bwd=v.bwd,
         weight_bytes=v.weight_bytes, resident=resident, swap_blocks=lam,
         memory_limit=setting.memory_limit - slack, full_bytes=v.input_bytes, unit_caps=caps)
 

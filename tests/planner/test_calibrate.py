@@ -42,6 +42,9 @@ def test_calibrated_presets_reproduce_the_measured_overheads(analytic):
     assert [o.act_bytes for _, o in mlp.ops] == [o.act_bytes for _, o in analytic.unit("mlp").ops]
     assert mlp.fwd_time == analytic.unit("mlp").fwd_time
     assert "calibrated: test" in cal.device
+    # "full" is priced by the calibrated total, not the whole forward
+    assert mlp.full_recompute_time == pytest.approx(ov["mlp"])
+    assert mlp.full_recompute_time < mlp.fwd_time
 
 
 def test_ratio_calibration_scales_each_unit(analytic):

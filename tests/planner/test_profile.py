@@ -25,15 +25,30 @@ def test_kept_bytes_and_recompute_time_follow_the_contract():
     assert attn.kept_bytes({"q", "attn_core"}) == 1 * MB + 3 * MB
     assert attn.kept_bytes({FULL}) == attn.input_bytes
     assert attn.recompute_time({"q", "attn_core"}) == pytest.approx(0.5)
-    # "full" recomputes every op the backward needs: the sum of per-op times, capped
-    assert attn.recompute_time({FULL}) == pytest.approx(min(sum(o.fwd_time for _, o in attn.ops),
-                                                            attn.fwd_time))
-    cheap = UnitProfile(2.0, 4.0, 0, 0, {"q": OpProfile(0.3, 1), "attn_proj": OpProfile(0.0, 0)})
-    assert cheap.recompute_time({FULL}) == pytest.approx(0.3)
+    assert attn.recompute_time({FULL}) == attn.fwd_time
+    # a measured full recompute (optional key) prices "full" and caps every subset
+    measured = UnitProfile(2.0, 4.0, 0, 0, {"q": OpProfile(0.3, 1), "k": OpProfile(0.9, 1)},
+                           full_recompute_time=1.0)
+    assert measured.recompute_time({FULL}) == 1.0
+    assert measured.recompute_time({"q", "k"}) == 1.0 and measured.recompute_time({"q"}) == 0.3
     # never more than the whole forward, whatever the per-op figures say
     noisy = UnitProfile(1.0, 2.0, 0, 0, {"q": OpProfile(0.8, 1), "k": OpProfile(0.8, 1)})
     assert noisy.recompute_time({"q", "k"}) == 1.0
     assert unit_kinds(2) == ("embed", "attn", "mlp", "attn", "mlp", "head")
+
+
+def test_full_recompute_time_round_trips_and_is_validated(tmp_path):
+    from dataclasses import replace
+    prof = synthetic_profile()
+    attn = replace(prof.unit("attn"), full_recompute_time=0.25)
+    prof = replace(prof, units=tuple((k, attn if k == "attn" else u) for k, u in prof.units))
+    save_profile(prof, tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json")
+    assert again.unit("attn").full_recompute_time == 0.25 and again.unit("mlp").full_recompute_time is None
+    doc = prof.to_json()
+    doc["units"]["attn"]["full_recompute_time"] = -1
+    with pytest.raises(ProfileError, match="full_recompute_time"):
+        profile_from_json(doc)
 
 
 def test_derive_profile_keeps_per_layer_costs():
