@@ -254,7 +254,12 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     total_ops = sum(len(st.ops) for st in problem.stages)
     w_r = total_ops + 1
     w_t = sum(t_units(max(st.full_time, sum(st.op_time))) for st in problem.stages) * w_r + w_r
-    model.Minimize(finish[0] * w_t + sum(r_exprs) * w_r + sum(nvars))
+    # Last tie-break: prefer ops earlier in each stage's list, so that equal-cost ops
+    # (e.g. mlp_gate / mlp_up) give one optimum and the 8-worker portfolio returns
+    # the same sets on every run.
+    order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
+    w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
+    model.Minimize((finish[0] * w_t + sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 8  # the portfolio proves optimality far sooner, even on 2 cores
     solver.parameters.max_time_in_seconds = time_limit
