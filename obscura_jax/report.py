@@ -74,6 +74,14 @@ def train_report(res: dict) -> str:
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
         out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
                    "+ XLA scratch (no memory_stats for this stage alone)")
+    if all("planned_peak_bytes" in st for st in res["stages"]):
+        under = [str(s) for s, st in enumerate(res["stages"]) if st["planned_vs_measured_bytes"] < 0]
+        out.append("plan: predicted vs measured peak (weights + live activations, no XLA scratch): "
+                   + ", ".join(f"{fmt_bytes(st['planned_peak_bytes'])} / "
+                               f"{fmt_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
+                               for st in res["stages"])
+                   + ("; never under-predicted" if not under
+                      else f"; UNDER-predicted on stage(s) {', '.join(under)}"))
     shared_peaks = {}
     for st in res["stages"]:
         if st["peak_source"] != "memory_stats" and st.get("device_peak_bytes"):

@@ -114,6 +114,14 @@ class RunConfig:
             partition = models.even_partition(cfg.num_units, schedule.num_stages)
         return schedule, [tuple(int(v) for v in r) for r in partition]
 
+    def planned_peaks(self) -> tuple[int, ...] | None:
+        """The plan's predicted per-stage peak bytes (weights + kept activations),
+        or None when the run has no plan."""
+        if not self.plan:
+            return None
+        from planner import load_plan
+        return tuple(int(st.predicted_peak_bytes) for st in load_plan(self.plan).stages)
+
     def _check_counts(self, schedule, what: str) -> None:
         for flag, have in (("stages", schedule.num_stages), ("microbatches", schedule.num_microbatches)):
             want = getattr(self, flag)

@@ -191,6 +191,7 @@ def summarize(out: TrainOutcome) -> dict:
         # The simulator covers the schedule's actions; the optimizer step after them
         # is added as measured in the recorded iteration.
         simulated_time = sim.makespan + (update_time or 0.0)
+    planned = run.planned_peaks()
     stages = []
     for s, row in enumerate(pipe.stage_rows()):
         st = out.states[s]
@@ -208,6 +209,11 @@ def summarize(out: TrainOutcome) -> dict:
                     "peak_source": "memory_stats" if own_peak is not None else "accounting"})
         if sim is not None:
             row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim.stages[s].peak_activation_bytes
+        if planned is not None:
+            # The plan predicts weights + kept activations; XLA's scratch is not in the
+            # profile format (plan with --reserve to leave room for it).
+            row["planned_peak_bytes"] = planned[s]
+            row["planned_vs_measured_bytes"] = planned[s] - (weight + row["peak_activation_bytes"])
         if out.timeline is not None:
             ts = out.timeline.stages[s]
             row["measured"] = {k: getattr(ts, k) for k in ("compute", "forward_bubble", "backward_bubble",

@@ -69,3 +69,29 @@ def test_profile_then_plan_with_adjusted_stages(measured, tmp_path, capsys):
     assert [tuple(st.units) for st in plan.stages][-1][1] == models.get_config("llama2-tiny").num_units
     for st in plan.stages:  # every stage's recompute set is a policy the models package accepts
         models.resolve_policy(list(st.recompute), "llama")
+
+
+@pytest.mark.slow
+def test_profile_plan_train_stays_under_the_limit(measured, tmp_path, capsys):
+    """The last leg: `obscura train --plan` runs the plan; its per-stage peak in the
+    CPU accounting (weights + live activations + XLA scratch) stays under the limit
+    when the plan reserves room for the scratch, and the plan's prediction of
+    weights + live activations is never below what the engine counts."""
+    import json
+    path, prof = measured
+    even = tuple(models.even_partition(prof.num_units, P))
+    need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
+    floor = minimum_memory(Setting(prof, M, float("inf")), even)[0]
+    reserve = 2 * 2**20  # XLA scratch of one tiny stage on CPU is ~1 MiB
+    limit = int(floor + 0.3 * (need_1f1b - floor)) + reserve
+    plan_path, run_path = tmp_path / "plan.json", tmp_path / "run.json"
+    assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
+                 "--memory-limit", str(limit), "--reserve", str(reserve), "--json", str(plan_path)]) == 0
+    assert load_plan(plan_path).adjusted_stages
+    assert main(["train", "--plan", str(plan_path), "--model", "llama2-tiny", "--steps", "2",
+                 "--devices", f"cpu:{P}", "--micro-batch-size", "2", "--seq-len", "64", "--no-progress",
+                 "--json", str(run_path)]) == 0
+    assert "never under-predicted" in capsys.readouterr().out
+    for st in json.loads(run_path.read_text())["stages"]:
+        assert st["accounted_peak_bytes"] <= limit
+        assert st["planned_vs_measured_bytes"] >= 0
