@@ -405,3 +405,24 @@ def cli_main(prog: str, body: Callable[[], int]) -> int:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
+
+
+def per_case_figure(prog: str, args, row_fn: Callable[..., list[dict]], draw, table) -> int:
+    """The body shared by per-(model, batch) figures (Figs. 13, 14): plan every
+    case, write <prog>.csv, draw, print one table per case."""
+    def body() -> int:
+        families, sizes, batches = common_inputs(args)
+        sources = [load_source(f, args.profile_dir, args.analytic) for f in families]
+        tasks = [(src, size, b, args.memory_limit, args.stages, args.reserve)
+                 for src in sources for size in sizes for b in batches]
+        rows = run_tasks(row_fn, tasks, args.jobs)
+        csv_path = write_csv(f"{args.out}/{prog}.csv", rows)
+        cases = list(dict.fromkeys((r["model"], r["global_batch"]) for r in rows))
+        png = draw(rows, sources, cases, args.out)
+        print(source_text(sources))
+        for model, batch in cases:
+            print("\n".join(table(rows, model, batch)))
+        print(f"wrote {png}\nwrote {csv_path}")
+        return 0
+
+    return cli_main(prog, body)

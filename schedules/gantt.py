@@ -89,14 +89,7 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
         _draw(ax, tl, title, longest if same_scale else (tl.makespan or 1.0))
     _legend(fig, timelines)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / sum(heights)))
-    path_png = Path(path_png)
-    path_png.parent.mkdir(parents=True, exist_ok=True)
-    written = [path_png]
-    fig.savefig(path_png, dpi=150)
-    if svg:
-        written.append(path_png.with_suffix(".svg"))
-        fig.savefig(written[-1])
-    return written
+    return _save(fig, path_png, svg)
 
 
 def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True) -> list[Path]:
@@ -130,6 +123,11 @@ def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: boo
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
+    return _save(fig, path_png, svg)
+
+
+def _save(fig, path_png, svg: bool) -> list[Path]:
+    """Write the figure as PNG (and SVG beside it); the paths written."""
     path_png = Path(path_png)
     path_png.parent.mkdir(parents=True, exist_ok=True)
     written = [path_png]

@@ -65,23 +65,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     F.add_common_args(ap, "23b", "32")
     args = ap.parse_args(argv)
-
-    def body() -> int:
-        families, sizes, batches = F.common_inputs(args)
-        sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
-        tasks = [(src, size, b, args.memory_limit, args.stages, args.reserve) for src in sources for size in sizes
-                 for b in batches]
-        rows = F.run_tasks(F.stage_time_rows, tasks, args.jobs)
-        csv_path = F.write_csv(f"{args.out}/fig14_stage_time.csv", rows)
-        cases = list(dict.fromkeys((r["model"], r["global_batch"]) for r in rows))
-        png = draw(rows, sources, cases, args.out)
-        print(F.source_text(sources))
-        for model, batch in cases:
-            print("\n".join(table(rows, model, batch)))
-        print(f"wrote {png}\nwrote {csv_path}")
-        return 0
-
-    return F.cli_main("fig14_stage_time", body)
+    return F.per_case_figure("fig14_stage_time", args, F.stage_time_rows, draw, table)
 
 
 if __name__ == "__main__":
