@@ -17,19 +17,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-FAMILIES = ("llama", "gpt")
-DTYPES = ("float32", "bfloat16", "float16")
+from models.errors import ModelConfigError
+from models.registry import family_names, get_family
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPES = tuple(DTYPE_BYTES)
 ATTENTION_IMPLS = ("xla", "cudnn")
-
-
-class ModelConfigError(ValueError):
-    """A model name, config field, op name, policy or unit range is not valid."""
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     name: str
-    family: str                     # "llama" | "gpt"
+    family: str                     # a registered family: "llama", "gpt" or your own
     vocab_size: int
     hidden: int
     num_layers: int
@@ -50,8 +49,9 @@ class ModelConfig:
 
         if not isinstance(self.name, str) or not self.name:
             raise ModelConfigError("model config needs a non-empty name")
-        if self.family not in FAMILIES:
-            bad(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        if self.family not in family_names():
+            bad(f"family must be one of {', '.join(family_names())}, got {self.family!r} (a family "
+                "of your own is registered by its module: --model-module)")
         for f in ("vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads",
                   "ffn_hidden", "max_seq_len"):
             v = getattr(self, f)
@@ -61,10 +61,6 @@ class ModelConfig:
             bad(f"hidden {self.hidden} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
             bad(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
-        if self.family == "llama" and self.head_dim % 2:
-            bad(f"RoPE needs an even head dim, got {self.head_dim}")
-        if self.family == "gpt" and self.num_kv_heads != self.num_heads:
-            bad("gpt uses a fused qkv projection: num_kv_heads must equal num_heads")
         if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
             bad(f"norm_eps must be > 0, got {self.norm_eps!r}")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
@@ -77,6 +73,9 @@ class ModelConfig:
         if self.attention_impl is not None and self.attention_impl not in ATTENTION_IMPLS:
             bad(f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)} or None, "
                 f"got {self.attention_impl!r}")
+        family = get_family(self.family)
+        if family.check is not None:
+            family.check(self)
 
     @property
     def head_dim(self) -> int:
@@ -85,6 +84,11 @@ class ModelConfig:
     @property
     def num_units(self) -> int:
         return 2 * self.num_layers + 2
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes of one activation element in the compute dtype."""
+        return DTYPE_BYTES[self.compute_dtype]
 
     def replace(self, **overrides) -> "ModelConfig":
         return _replace(self, overrides)
@@ -144,9 +148,23 @@ CONFIGS: dict[str, ModelConfig] = {
 }
 
 
+def register_config(cfg: ModelConfig, replace: bool = False) -> ModelConfig:
+    """Make `cfg` available by its name (get_config, the CLI's --model, profiles and
+    plans that name it). Re-registering a name with a different config is an error
+    unless `replace`."""
+    if not isinstance(cfg, ModelConfig):
+        raise ModelConfigError(f"register_config takes a ModelConfig, got {type(cfg).__name__}")
+    old = CONFIGS.get(cfg.name)
+    if old is not None and old != cfg and not replace:
+        raise ModelConfigError(f"model {cfg.name!r} is already registered (pass replace=True to redefine it)")
+    CONFIGS[cfg.name] = cfg
+    return cfg
+
+
 def get_config(name: str, **overrides) -> ModelConfig:
     """The registered config `name`, with fields replaced by `overrides` (validated)."""
     if name not in CONFIGS:
         raise ModelConfigError(
-            f"unknown model {name!r}; valid models: {', '.join(CONFIGS)}")
+            f"unknown model {name!r}; valid models: {', '.join(CONFIGS)} (a model of your own is "
+            "registered by its module: --model-module)")
     return _replace(CONFIGS[name], overrides) if overrides else CONFIGS[name]

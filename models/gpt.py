@@ -13,8 +13,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from models.config import ModelConfig, ModelConfigError
-from models.layers import (LayerNorm, causal_attention, dense, dtype_of,
-                           normal_init)
+from models.layers import LayerNorm, attention_output, dense, dtype_of, normal_init
 
 
 def _residual_std(cfg: ModelConfig) -> float:
@@ -57,10 +56,7 @@ class GptAttention(nnx.Module):
         qkv_BxTx3D = checkpoint_name(self.w_qkv(h_BxTxD), "qkv")
         qkv_BxTx3xNxH = qkv_BxTx3D.reshape(B, T, 3, N, H)
         q_BxTxNxH, k_BxTxNxH, v_BxTxNxH = (qkv_BxTx3xNxH[:, :, i] for i in range(3))
-        a_BxTxNxH = causal_attention(cfg, q_BxTxNxH, k_BxTxNxH, v_BxTxNxH)
-        a_BxTxD = checkpoint_name(a_BxTxNxH.reshape(B, T, D), "attn_core")
-        o_BxTxD = checkpoint_name(self.wo(a_BxTxD), "attn_proj")
-        return checkpoint_name(x_BxTxD + o_BxTxD, "attn_res")
+        return attention_output(cfg, self.wo, x_BxTxD, q_BxTxNxH, k_BxTxNxH, v_BxTxNxH)
 
 
 class GptMlp(nnx.Module):

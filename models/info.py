@@ -13,7 +13,6 @@ host memory) are counted apart.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import jax
@@ -22,11 +21,11 @@ import jax.numpy as jnp
 
 from models.config import ModelConfig, ModelConfigError
 from models.layers import resolve_attention_impl
-from models.ops import POLICY_PRESETS, UNIT_KINDS, ops_for, preset_ops, unit_ops
+from models.registry import UNIT_KINDS, ops_for, preset_names, preset_ops, unit_ops
 from models.policy import RecomputePolicy, resolve_policy
 from models.stage import unit_apply_fn
-from models.units import abstract_unit_params, count_params, tree_size, unit_names, unit_kind, \
-    unit_param_count
+from models.units import (abstract_unit_params, count_params, leaf_bytes, tree_bytes, tree_size,
+                          unit_kind, unit_names, unit_param_count)
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,6 @@ def _input_specs(cfg: ModelConfig, kind: str, seq_len: int, micro_batch: int) ->
     return (hidden,)
 
 
-def _bytes(aval) -> int:
-    return math.prod(aval.shape) * jnp.dtype(aval.dtype).itemsize
-
-
 def unit_residuals(cfg: ModelConfig, kind: str, policy, seq_len: int, micro_batch: int) -> Residuals:
     """Measured residual bytes of one unit of `kind` under `policy`."""
     if kind not in UNIT_KINDS:
@@ -98,7 +93,7 @@ def unit_residuals(cfg: ModelConfig, kind: str, policy, seq_len: int, micro_batc
         if isinstance(v, jex_core.Literal) or v in seen or v in param_vars:
             continue
         seen.add(v)
-        nbytes = _bytes(v.aval)
+        nbytes = leaf_bytes(v.aval)
         if v in input_vars:
             inp += nbytes
         elif getattr(v.aval, "memory_space", None) == jax.memory.Space.Host:
@@ -171,12 +166,12 @@ def model_info(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict:
         params = abstract_unit_params(cfg, kind)
         kinds[kind] = {
             "params": tree_size(params),
-            "param_bytes": sum(_bytes(p) for p in jax.tree.leaves(params)),
+            "param_bytes": tree_bytes(params),
             "input_bytes": unit_input_bytes(cfg, kind, seq_len, micro_batch),
             "ops": {op: {"act_bytes": act[op]} for op in unit_ops(cfg.family, kind)},
         }
     policies = {}
-    for name in POLICY_PRESETS:
+    for name in preset_names(cfg.family):
         pol = resolve_policy(name, cfg.family)
         measured = layer_residual_bytes(cfg, pol, seq_len, micro_batch)
         formula = sum(kinds[k]["input_bytes"] + sum(

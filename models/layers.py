@@ -99,6 +99,16 @@ def causal_attention(cfg: ModelConfig, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH):
                                         implementation=impl)
 
 
+def attention_output(cfg: ModelConfig, wo, x_BxTxD, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH):
+    """The part both families share after q, k, v: causal attention (attn_core), the
+    output projection `wo` (attn_proj) and the residual add (attn_res)."""
+    B, T, _ = x_BxTxD.shape
+    a_BxTxNxH = causal_attention(cfg, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH)
+    a_BxTxD = checkpoint_name(a_BxTxNxH.reshape(B, T, -1), "attn_core")
+    o_BxTxD = checkpoint_name(wo(a_BxTxD), "attn_proj")
+    return checkpoint_name(x_BxTxD + o_BxTxD, "attn_res")
+
+
 def cross_entropy_mean(logits_BxTxV, targets_BxT):
     """Mean token cross-entropy in float32."""
     logits32 = logits_BxTxV.astype(jnp.float32)

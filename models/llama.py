@@ -9,8 +9,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from models.config import ModelConfig, ModelConfigError
-from models.layers import (RMSNorm, apply_rope, causal_attention, dense,
-                           dtype_of, normal_init)
+from models.layers import RMSNorm, apply_rope, attention_output, dense, dtype_of, normal_init
 
 
 class LlamaEmbed(nnx.Module):
@@ -48,10 +47,7 @@ class LlamaAttention(nnx.Module):
         v_BxTxKxH = checkpoint_name(self.wv(h_BxTxD).reshape(B, T, K, H), "v")
         q_BxTxNxH = checkpoint_name(apply_rope(q_BxTxNxH, cfg.rope_theta), "q_rope")
         k_BxTxKxH = checkpoint_name(apply_rope(k_BxTxKxH, cfg.rope_theta), "k_rope")
-        a_BxTxNxH = causal_attention(cfg, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH)
-        a_BxTxD = checkpoint_name(a_BxTxNxH.reshape(B, T, N * H), "attn_core")
-        o_BxTxD = checkpoint_name(self.wo(a_BxTxD), "attn_proj")
-        return checkpoint_name(x_BxTxD + o_BxTxD, "attn_res")
+        return attention_output(cfg, self.wo, x_BxTxD, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH)
 
 
 class LlamaMlp(nnx.Module):

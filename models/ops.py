@@ -1,7 +1,9 @@
-"""The op vocabulary: every activation worth a save/recompute/offload decision is
-tagged with `jax.ad_checkpoint.checkpoint_name(x, NAME)` using one of these names.
+"""The built-in families, Llama-2 and GPT-3: their op vocabularies, presets and unit
+modules, registered through models.registry like any user's family.
 
-Ops are listed in forward order. Unit kinds own disjoint op sets:
+Every activation worth a save/recompute/offload decision is tagged with
+`jax.ad_checkpoint.checkpoint_name(x, NAME)` using one of these names. Ops are
+listed in forward order; unit kinds own disjoint op sets:
   embed: embed (token lookup; GPT adds learned positions)
   attn:  attn_norm .. attn_res        mlp: mlp_norm .. mlp_res
   head:  final_norm, logits
@@ -13,85 +15,53 @@ Notes on what each name tags (so profiles and plans mean the same thing):
                (flash-attention style) under every policy
   attn_proj    output projection; attn_res = x + attn_proj (the unit's output)
   mlp_act      SiLU(gate) for llama, GELU(up) for gpt; mlp_mul = act * up (llama)
+Presets besides none/full: selective (Megatron-style: the attention core), mlp
+(every mlp_ op), cmb (paper section 8: the cheap-to-recompute, memory-heavy norms,
+activation and gating mul).
 """
 from __future__ import annotations
 
-LLAMA_OPS: tuple[str, ...] = (
-    "embed",
-    "attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn_core", "attn_proj", "attn_res",
-    "mlp_norm", "mlp_gate", "mlp_up", "mlp_act", "mlp_mul", "mlp_down", "mlp_res",
-    "final_norm", "logits",
-)
+from models.errors import ModelConfigError
+from models.registry import register_family
 
-GPT_OPS: tuple[str, ...] = (
-    "embed",
-    "attn_norm", "qkv", "attn_core", "attn_proj", "attn_res",
-    "mlp_norm", "mlp_up", "mlp_act", "mlp_down", "mlp_res",
-    "final_norm", "logits",
-)
+LLAMA_KIND_OPS = {
+    "embed": ("embed",),
+    "attn": ("attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn_core", "attn_proj", "attn_res"),
+    "mlp": ("mlp_norm", "mlp_gate", "mlp_up", "mlp_act", "mlp_mul", "mlp_down", "mlp_res"),
+    "head": ("final_norm", "logits"),
+}
+GPT_KIND_OPS = {
+    "embed": ("embed",),
+    "attn": ("attn_norm", "qkv", "attn_core", "attn_proj", "attn_res"),
+    "mlp": ("mlp_norm", "mlp_up", "mlp_act", "mlp_down", "mlp_res"),
+    "head": ("final_norm", "logits"),
+}
+LLAMA_OPS: tuple[str, ...] = tuple(o for ops in LLAMA_KIND_OPS.values() for o in ops)
+GPT_OPS: tuple[str, ...] = tuple(o for ops in GPT_KIND_OPS.values() for o in ops)
 
-# Union over families, in a stable order (llama first, then gpt-only names).
-ALL_OPS: tuple[str, ...] = LLAMA_OPS + tuple(o for o in GPT_OPS if o not in LLAMA_OPS)
-
-UNIT_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "head")
-
-
-def _kind_of(op: str) -> str:
-    if op == "embed":
-        return "embed"
-    if op in ("final_norm", "logits"):
-        return "head"
-    return "mlp" if op.startswith("mlp_") else "attn"
+_CMB = ("attn_norm", "mlp_norm", "final_norm", "mlp_act", "mlp_mul")
 
 
-def ops_for(family: str) -> tuple[str, ...]:
-    """All op names of a model family, in forward order."""
-    if family == "llama":
-        return LLAMA_OPS
-    if family == "gpt":
-        return GPT_OPS
-    from models.config import ModelConfigError
-    raise ModelConfigError(f"unknown model family {family!r}; valid: llama, gpt")
+def _presets(ops: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    return {"selective": ("attn_core",),
+            "mlp": tuple(o for o in ops if o.startswith("mlp_")),
+            "cmb": tuple(o for o in _CMB if o in ops)}
 
 
-def unit_ops(family: str, kind: str) -> tuple[str, ...]:
-    """The ops a unit of `kind` ("embed" | "attn" | "mlp" | "head") contains."""
-    if kind not in UNIT_KINDS:
-        from models.config import ModelConfigError
-        raise ModelConfigError(f"unknown unit kind {kind!r}; valid: {', '.join(UNIT_KINDS)}")
-    return tuple(o for o in ops_for(family) if _kind_of(o) == kind)
+def _check_llama(cfg) -> None:
+    if cfg.head_dim % 2:
+        raise ModelConfigError(f"model config {cfg.name!r}: RoPE needs an even head dim, got {cfg.head_dim}")
 
 
-def op_unit_kind(op: str) -> str:
-    """Which unit kind an op name belongs to."""
-    if op not in ALL_OPS:
-        from models.config import ModelConfigError
-        raise ModelConfigError(f"unknown op {op!r}; valid ops: {', '.join(ALL_OPS)}")
-    return _kind_of(op)
+def _check_gpt(cfg) -> None:
+    if cfg.num_kv_heads != cfg.num_heads:
+        raise ModelConfigError(f"model config {cfg.name!r}: gpt uses a fused qkv projection: "
+                               "num_kv_heads must equal num_heads")
 
 
-def _preset_ops(family: str) -> dict[str, frozenset[str]]:
-    ops = ops_for(family)
-    cmb = ("attn_norm", "mlp_norm", "final_norm", "mlp_act", "mlp_mul")
-    return {
-        "none": frozenset(),
-        "full": frozenset(ops),
-        "selective": frozenset({"attn_core"}),   # Megatron-style: attention core only
-        "mlp": frozenset(o for o in ops if o.startswith("mlp_")),
-        # CMB (paper section 8): cheap-to-recompute, memory-heavy ops: the norms,
-        # the activation and the gating mul.
-        "cmb": frozenset(o for o in cmb if o in ops),
-    }
-
-
-POLICY_PRESETS: tuple[str, ...] = ("none", "full", "selective", "mlp", "cmb")
-
-
-def preset_ops(name: str, family: str) -> frozenset[str]:
-    """The recompute set a preset stands for in a family."""
-    presets = _preset_ops(family)
-    if name not in presets:
-        from models.config import ModelConfigError
-        raise ModelConfigError(
-            f"unknown policy preset {name!r}; valid presets: {', '.join(POLICY_PRESETS)}")
-    return presets[name]
+register_family("llama", units={"embed": "models.llama:LlamaEmbed", "attn": "models.llama:LlamaAttention",
+                                "mlp": "models.llama:LlamaMlp", "head": "models.layers:Head"},
+                ops=LLAMA_KIND_OPS, presets=_presets(LLAMA_OPS), check=_check_llama)
+register_family("gpt", units={"embed": "models.gpt:GptEmbed", "attn": "models.gpt:GptAttention",
+                              "mlp": "models.gpt:GptMlp", "head": "models.layers:Head"},
+                ops=GPT_KIND_OPS, presets=_presets(GPT_OPS), check=_check_gpt)

@@ -17,8 +17,10 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import jax
+
 from models.config import ModelConfigError
-from models.ops import ALL_OPS, POLICY_PRESETS, ops_for, preset_ops
+from models.registry import all_ops, ops_for, preset_names, preset_ops
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class RecomputePolicy:
     recompute: frozenset[str] = frozenset()
     offload: frozenset[str] = frozenset()
     name: str = "none"
-    family: str | None = None       # None: the union vocabulary of all families
+    family: str | None = None       # None: the union vocabulary of all registered families
 
     def __post_init__(self):
         for field in ("recompute", "offload"):
@@ -47,7 +49,7 @@ class RecomputePolicy:
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
-        return ALL_OPS if self.family is None else ops_for(self.family)
+        return all_ops() if self.family is None else ops_for(self.family)
 
     @property
     def is_none(self) -> bool:
@@ -61,7 +63,6 @@ class RecomputePolicy:
 
     def to_jax(self):
         """The `jax.checkpoint` policy for this recompute/offload choice."""
-        import jax
         cp = jax.checkpoint_policies
         saved = sorted(self.saved)
         if self.offload:
@@ -92,17 +93,17 @@ def _split_spec(spec) -> list[str]:
 
 
 def _expand(names: list[str], family: str, what: str) -> frozenset[str]:
-    ops = ops_for(family)
+    ops, presets = ops_for(family), preset_names(family)
     out: set[str] = set()
     for n in names:
-        if n in POLICY_PRESETS:
+        if n in presets:
             out |= preset_ops(n, family)
         elif n in ops:
             out.add(n)
         else:
             raise ModelConfigError(
                 f"unknown {what} name {n!r} for {family}; valid presets: "
-                f"{', '.join(POLICY_PRESETS)}; valid ops: {', '.join(ops)}")
+                f"{', '.join(presets)}; valid ops: {', '.join(ops)}")
     return frozenset(out)
 
 
@@ -135,9 +136,10 @@ def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
 
 
 def _name_for(names: list[str], recompute: frozenset[str], family: str) -> str:
-    if len(names) == 1 and names[0] in POLICY_PRESETS:
+    presets = preset_names(family)
+    if len(names) == 1 and names[0] in presets:
         return names[0]
-    for preset in POLICY_PRESETS:           # a set that equals a preset is named by it
+    for preset in presets:                  # a set that equals a preset is named by it
         if recompute == preset_ops(preset, family):
             return preset
     return ",".join(o for o in ops_for(family) if o in recompute)

@@ -18,6 +18,7 @@ from flax import nnx
 
 from models.config import ModelConfig, ModelConfigError
 from models.policy import RecomputePolicy, resolve_policy
+from models.registry import format_units
 from models.units import check_unit_range, unit_graphdef, unit_kind, unit_names
 
 
@@ -52,7 +53,7 @@ class Stage:
         if self.cfg.tie_embeddings and (self.is_first != self.is_last):
             raise ModelConfigError(
                 f"{self.cfg.name} ties its embeddings, so embed and head must share one stage; "
-                f"unit range {list(self.unit_range)} splits them (use tie_embeddings=False "
+                f"unit range {format_units(self.unit_range)} splits them (use tie_embeddings=False "
                 "for pipelines)")
         fns = {k: unit_apply_fn(self.cfg, k, self.policy)
                for k in {unit_kind(n) for n in self.unit_names}}
@@ -107,7 +108,7 @@ def _check_input(stage: Stage, x) -> None:
     if getattr(x, "ndim", None) != want_ndim:
         what = "int tokens [B,T]" if stage.is_first else "hidden [B,T,D]"
         raise ModelConfigError(
-            f"stage {list(stage.unit_range)} takes {what}, got shape {getattr(x, 'shape', None)}")
+            f"stage {format_units(stage.unit_range)} takes {what}, got shape {getattr(x, 'shape', None)}")
     if stage.is_first and not jnp.issubdtype(x.dtype, jnp.integer):
         raise ModelConfigError(f"the first stage takes integer tokens, got {x.dtype}")
     if not stage.is_first and x.shape[-1] != stage.cfg.hidden:

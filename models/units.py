@@ -15,14 +15,8 @@ import jax
 from flax import nnx
 
 from models.config import ModelConfig, ModelConfigError
-from models.gpt import GptAttention, GptEmbed, GptMlp
-from models.layers import Head
-from models.llama import LlamaAttention, LlamaEmbed, LlamaMlp
+from models.registry import get_family
 
-_MODULES = {
-    "llama": {"embed": LlamaEmbed, "attn": LlamaAttention, "mlp": LlamaMlp, "head": Head},
-    "gpt": {"embed": GptEmbed, "attn": GptAttention, "mlp": GptMlp, "head": Head},
-}
 _UNIT_RE = re.compile(r"(attn|mlp)_(\d+)")
 
 
@@ -85,7 +79,8 @@ def check_unit_range(cfg: ModelConfig, unit_range) -> tuple[int, int]:
 
 
 def unit_module(cfg: ModelConfig, kind: str, rngs: nnx.Rngs) -> nnx.Module:
-    return _MODULES[cfg.family][kind](cfg, rngs)
+    """A fresh module of one unit kind: the class the config's family registered."""
+    return get_family(cfg.family).unit_class(kind)(cfg, rngs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,11 +121,18 @@ def abstract_params(cfg: ModelConfig) -> dict:
 
 
 def tree_size(tree) -> int:
+    """Elements in a pytree of arrays or ShapeDtypeStructs."""
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(tree))
 
 
+def leaf_bytes(leaf) -> int:
+    """Bytes of one array, ShapeDtypeStruct or abstract value."""
+    return math.prod(leaf.shape) * leaf.dtype.itemsize
+
+
 def tree_bytes(tree) -> int:
-    return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
+    """Bytes of a pytree of arrays or ShapeDtypeStructs (nothing is read)."""
+    return sum(leaf_bytes(leaf) for leaf in jax.tree.leaves(tree))
 
 
 def unit_param_count(cfg: ModelConfig, kind: str) -> int:

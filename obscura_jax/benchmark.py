@@ -1,8 +1,9 @@
 """Engine benchmarks (scripts/bench_engine.py is the entry point).
 
-CPU mode (in one process, emulated devices): engine efficiency = measured iteration
-time / the simulator's prediction from costs measured in the same run, for 1F1B and
-Obscura, and the host dispatch overhead per action.
+CPU mode (emulated devices; in one process, or `processes` local processes sharing
+the devices): engine efficiency = measured iteration time / the simulator's
+prediction from costs measured in the same run, for 1F1B and Obscura, and the host
+dispatch overhead per action.
 
 GPU mode: each configuration runs as its own `python -m obscura_jax train` process
 (so memory_stats peaks belong to one run), all stages on one GPU by default, a
@@ -10,16 +11,27 @@ Llama-2 config of about 1B parameters per stage (llama2-7b shapes, 16 layers -> 
 per stage at p=4), seq 4096, bf16 activations. Runs: 1F1B; Obscura with swapping;
 the same Obscura schedule with SO/SI as no-ops. Fraction of swap time hidden:
     1 - max(0, T_swap - T_noswap) / (bytes_out / bw_out + bytes_in / bw_in)
-with bw the standalone transfer bandwidth measured in the same run.
+with bw the standalone transfer bandwidth measured in the same run. Each run prints
+measured / one-GPU serial simulation (every stage's work in turn on the one GPU, from
+the run's steady-state costs) and host dispatch per action; with `smi_log` an
+nvidia-smi log (SM clock, power, throttle reasons every 250 ms) runs beside them and
+each run's busy-sample medians are reported (GpuClockLog).
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
+from obscura_jax.devices import request_host_devices
+from obscura_jax.errors import UsageError
+from schedules.ir import Action
 from schedules.jsonio import write_json_atomic
 
 CPU_RUNS = {
@@ -29,22 +41,19 @@ CPU_RUNS = {
 
 
 def cpu_bench(out: Path, steps: int, seq_len: int, micro_batch_size: int, microbatches: int,
-              devices: int, log=print) -> dict:
-    from obscura_jax.devices import request_host_devices
-    request_host_devices(devices)
-    from obscura_jax.placement import place_stages
-    from obscura_jax.run_config import RunConfig
-    from obscura_jax.trainer import summarize, train
-
+              devices: int, processes: int = 1, log=print) -> dict:
+    """CPU mode: each run in this process, or (processes > 1) as `obscura train
+    --processes N` with devices // N emulated devices per process."""
     results = {}
     for label, kw in CPU_RUNS.items():
-        run = RunConfig(model="llama2-tiny", stages=4, microbatches=microbatches, steps=steps,
-                        micro_batch_size=micro_batch_size, seq_len=seq_len, data="synthetic",
-                        cost_reps=5, warmup_steps=2, **kw)
-        outcome = train(run, lambda p: place_stages(p, "cpu", devices), log=log)
-        res = summarize(outcome)
-        actions = sum(len(v) for v in outcome.dispatch.values())
-        issue_per_iter = sum(sum(v) for v in outcome.dispatch.values()) / len(outcome.steps)
+        if processes > 1:
+            res = _cpu_run_processes(out / f"cpu_{label}_p{processes}.json", kw, steps, seq_len,
+                                     micro_batch_size, microbatches, devices, processes)
+        else:
+            res = _cpu_run_here(kw, steps, seq_len, micro_batch_size, microbatches, devices, log)
+            write_json_atomic(out / f"cpu_{label}.json", res)
+        actions = sum(len(st["ops"]) for st in res["simulated_timeline"]["stages"])
+        issue_per_iter = res["dispatch_us"]["all"] * actions / 1e6
         results[label] = {
             "iteration_time": res["iteration_time"],
             "simulated_iteration_time": res["simulated_iteration_time"],
@@ -53,12 +62,11 @@ def cpu_bench(out: Path, steps: int, seq_len: int, micro_batch_size: int, microb
             "dispatch_us": res["dispatch_us"],
             "dispatch_us_median": res["dispatch_us"]["all_median"],
             "host_issue_seconds_per_iteration": issue_per_iter,
-            "actions_per_iteration": actions // len(outcome.steps),
+            "actions_per_iteration": actions,
             "step_seconds": res["step_seconds"], "swap": res["swap"],
             "peak_bytes": [st["peak_bytes"] for st in res["stages"]],
             "simulated_peak_bytes": [st.get("simulated_peak_bytes") for st in res["stages"]],
         }
-        write_json_atomic(out / f"cpu_{label}.json", res)
         r = results[label]
         log(f"{label:8s} measured {r['iteration_time'] * 1e3:7.1f} ms  simulated "
             f"{r['simulated_iteration_time'] * 1e3:7.1f} ms  ratio {r['measured_over_simulated']:.2f}  "
@@ -66,16 +74,94 @@ def cpu_bench(out: Path, steps: int, seq_len: int, micro_batch_size: int, microb
             f"host issue {issue_per_iter * 1e3:.1f} ms/iteration")
     summary = {"mode": "cpu", "model": "llama2-tiny", "stages": 4, "microbatches": microbatches,
                "micro_batch_size": micro_batch_size, "seq_len": seq_len, "devices": devices,
-               "steps": steps, "runs": results}
-    write_json_atomic(out / "bench_cpu.json", summary)
+               "processes": processes, "steps": steps, "runs": results}
+    write_json_atomic(out / ("bench_cpu.json" if processes == 1 else f"bench_cpu_p{processes}.json"), summary)
     return summary
 
 
-def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechanisms: list[str]) -> dict:
-    base = ["--model", "llama2-7b", "--stages", "4", "--microbatches", str(microbatches),
-            "--micro-batch-size", "1", "--seq-len", str(seq_len), "--compute-dtype", "bfloat16",
-            "--steps", str(steps), "--warmup-steps", "2", "--devices", "gpu", "--no-progress",
-            "--layers", str(layers)]
+def _cpu_run_here(kw: dict, steps: int, seq_len: int, micro_batch_size: int, microbatches: int,
+                  devices: int, log) -> dict:
+    request_host_devices(devices)
+    from obscura_jax.placement import place_stages  # lazy (these four): JAX starts after the request
+    from obscura_jax.run_config import RunConfig
+    from obscura_jax.summary import summarize
+    from obscura_jax.trainer import train
+
+    run = RunConfig(model="llama2-tiny", stages=4, microbatches=microbatches, steps=steps,
+                    micro_batch_size=micro_batch_size, seq_len=seq_len, data="synthetic",
+                    cost_reps=5, warmup_steps=2, **kw)
+    return summarize(train(run, lambda p: place_stages(p, "cpu", devices), log=log))
+
+
+def _cpu_run_processes(path: Path, kw: dict, steps: int, seq_len: int, micro_batch_size: int,
+                       microbatches: int, devices: int, processes: int) -> dict:
+    if devices % processes:
+        raise UsageError(f"--devices {devices} must be a multiple of --processes {processes}")
+    argv = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", str(microbatches),
+            "--steps", str(steps), "--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len),
+            "--data", "synthetic", "--cost-reps", "5", "--warmup-steps", "2", "--no-progress",
+            "--devices", "cpu", "--processes", str(processes), "--devices-per-process",
+            str(devices // processes), "--json", str(path)]
+    for key, value in kw.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run([sys.executable, "-m", "obscura_jax", *argv], capture_output=True, text=True,
+                          timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return json.loads(path.read_text())
+
+
+class GpuClockLog:
+    """nvidia-smi sampled every 250 ms while it is open (as results/h200/power_cap
+    was recorded): SM clock, power, temperature, utilization, throttle reasons."""
+    QUERY = ("timestamp,clocks.current.sm,clocks.current.memory,power.draw,temperature.gpu,"
+             "utilization.gpu,clocks_event_reasons.active")
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv", "-lms", "250",
+                                      "-f", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def window(self, t0: float, t1: float) -> dict | None:
+        return busy_window(self.path, t0, t1)
+
+
+def busy_window(path: Path, t0: float, t1: float) -> dict | None:
+    """Medians over an nvidia-smi CSV's samples between wall times t0 and t1 where the
+    GPU was busy (utilization >= 50%), and the throttle reasons seen."""
+    if not path.exists():
+        return None
+    rows = []
+    with open(path) as f:
+        for row in csv.reader(f, skipinitialspace=True):
+            try:
+                t = datetime.strptime(row[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                sm, power, util = float(row[1].split()[0]), float(row[3].split()[0]), float(row[5].split()[0])
+            except (ValueError, IndexError):
+                continue   # the header, or a sample nvidia-smi could not read
+            if t0 <= t <= t1 and util >= 50:
+                rows.append((sm, power, row[6].strip()))
+    if not rows:
+        return None
+    return {"busy_samples": len(rows), "sm_clock_mhz": statistics.median(r[0] for r in rows),
+            "power_w": statistics.median(r[1] for r in rows), "throttle_reasons": sorted({r[2] for r in rows})}
+
+
+def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechanisms: list[str],
+                cpu_smoke: bool = False) -> dict:
+    """The GPU runs' `obscura train` flags; `cpu_smoke`: the same runs on llama2-tiny and
+    4 emulated CPU devices (checks the GPU mode's plumbing where there is no GPU)."""
+    model = ["--model", "llama2-tiny", "--devices", "cpu:1"] if cpu_smoke else \
+        ["--model", "llama2-7b", "--devices", "gpu", "--layers", str(layers), "--compute-dtype", "bfloat16"]
+    base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
+            "--seq-len", str(seq_len), "--steps", str(steps), "--warmup-steps", "2", "--no-progress"]
     swap = ["--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "2", "--swap-fraction", "0.5"]
     runs = {"1f1b": base + ["--schedule", "1f1b"]}
     for mech in mechanisms:
@@ -98,43 +184,57 @@ def _hidden_fraction(swap_run: dict, noswap_run: dict):
 
 
 def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: int,
-              mechanisms: list[str], timeout: float, only: list[str] | None = None, log=print) -> dict:
+              mechanisms: list[str], timeout: float, only: list[str] | None = None, smi_log: bool = False,
+              cpu_smoke: bool = False, log=print) -> dict:
+    """GPU mode (see the module docstring): the runs, then what they say together.
+    Long: one subprocess per run (beside an optional nvidia-smi log), then the comparison they feed."""
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     # The runs share most stage programs: compile them once across the processes.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/obscura_jax_compile_cache")
-    results, failures = {}, {}
-    configs = gpu_configs(layers, seq_len, microbatches, steps, mechanisms)
+    results, failures, windows = {}, {}, {}
+    configs = gpu_configs(layers, seq_len, microbatches, steps, mechanisms, cpu_smoke)
     unknown = sorted(set(only or ()) - set(configs))
     if unknown:
-        raise ValueError(f"unknown run(s) {', '.join(unknown)}; runs: {', '.join(configs)}")
-    for label, argv in configs.items():
-        if only and label not in only:
-            continue
-        path = out / f"gpu_{label}.json"
-        cmd = [sys.executable, "-m", "obscura_jax", "train", *argv, "--json", str(path)]
-        log(f"== {label}: {' '.join(cmd[2:])}")
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            failures[label] = f"timed out after {timeout:.0f} s"
-            log(f"   {failures[label]}")
-            continue
-        log(proc.stdout.rstrip())
-        if proc.returncode != 0 or not path.exists():
-            failures[label] = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
-            log(f"   failed: {failures[label]}")
-            continue
-        results[label] = json.loads(path.read_text())
+        raise UsageError(f"unknown run(s) {', '.join(unknown)}; runs: {', '.join(configs)}")
+    clocks = GpuClockLog(out / "nvidia_smi_250ms.csv") if smi_log else None
+    try:
+        for label, argv in configs.items():
+            if only and label not in only:
+                continue
+            path = out / f"gpu_{label}.json"
+            cmd = [sys.executable, "-m", "obscura_jax", "train", *argv, "--json", str(path)]
+            log(f"== {label}: {' '.join(cmd[2:])}")
+            t0 = time.time()
+            try:
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                failures[label] = f"timed out after {timeout:.0f} s"
+                log(f"   {failures[label]}")
+                continue
+            windows[label] = (t0, time.time())
+            log(proc.stdout.rstrip())
+            if proc.returncode != 0 or not path.exists():
+                failures[label] = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+                log(f"   failed: {failures[label]}")
+                continue
+            results[label] = json.loads(path.read_text())
+    finally:
+        if clocks is not None:
+            clocks.close()
     summary = {"mode": "gpu", "model": f"llama2-7b shapes, {layers} layers", "stages": 4,
                "microbatches": microbatches, "seq_len": seq_len, "steps": steps,
                "failures": failures, "runs": {}}
     for label, res in results.items():
+        serial = res.get("simulated_serial_time")
         row = {"iteration_time": res["iteration_time"],
                "simulated_iteration_time": res["simulated_iteration_time"],
-               "simulated_serial_time": res.get("simulated_serial_time"),
+               "simulated_serial_time": serial,
+               "measured_over_serial_simulation": res["iteration_time"] / serial if serial else None,
                "tokens_per_second": res["tokens_per_second"], "swap": res["swap"],
-               "dispatch_us": res["dispatch_us"],
+               "dispatch_us": res["dispatch_us"], "costs": res.get("costs"),
+               "gpu_clocks": clocks.window(*windows[label]) if clocks is not None else None,
+               "breakdown": pipeline_breakdown(res),
                "device_peak_bytes": max((st["device_peak_bytes"] or 0) for st in res["stages"]) or None,
                "stages": [{k: st.get(k) for k in ("units", "policy", "param_bytes", "weight_bytes",
                                                  "residual_bytes_per_microbatch", "accounted_peak_bytes",
@@ -147,15 +247,56 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
         summary["runs"][label] = row
     write_json_atomic(out / "bench_gpu.json", summary)
     for label, row in summary["runs"].items():
-        sw = row["swap"]
-        hid = (row.get("hidden") or {}).get("fraction_hidden")
-        log(f"{label:22s} iter {row['iteration_time'] * 1e3:8.1f} ms  serial-sim "
-            f"{(row['simulated_serial_time'] or 0) * 1e3:8.1f} ms  device peak "
-            f"{(row['device_peak_bytes'] or 0) / 2**30:6.1f} GiB  sum sim peaks "
-            f"{row['simulated_peak_sum'] / 2**30:6.1f} GiB"
-            + (f"  swap {sw.get('standalone_gbps_out') or 0:.1f}/{sw.get('standalone_gbps_in') or 0:.1f} GB/s "
-               f"(in-run {sw.get('measured_gbps_out') or 0:.1f}/{sw.get('measured_gbps_in') or 0:.1f}, "
-               f"overlap {sw.get('overlap_with_compute') or 0:.0%})"
-               if sw.get("bytes_out") else "")
-            + (f"  hidden {hid:.0%}" if hid is not None else ""))
+        for line in _gpu_lines(label, row):
+            log(line)
     return summary
+
+
+def pipeline_breakdown(res: dict) -> dict | None:
+    """Where a one-device run's time goes, from its JSON: the recorded step's F and B
+    durations in the pipeline against the standalone costs of the same programs, and
+    the time the device ran no compute (makespan minus the F/B durations: gaps)."""
+    tl, c = res.get("timeline"), res.get("costs")
+    if not tl or not c:
+        return None
+    took = {"F": 0.0, "B": 0.0}
+    alone = {"F": 0.0, "B": 0.0}
+    for s, st in enumerate(tl["stages"]):
+        adjusted = res["stages"][s]["adjusted"]
+        for op in st["ops"]:
+            kind = Action.parse(op["action"], s).kind.value
+            if kind in took:
+                took[kind] += op["end"] - op["start"]
+                alone[kind] += c["fwd"][s] if kind == "F" else c["bwd"][s] + (c["recompute"][s] if adjusted else 0.0)
+    compute = took["F"] + took["B"]
+    return {"F_pipeline_over_standalone": took["F"] / alone["F"] if alone["F"] else None,
+            "B_pipeline_over_standalone": took["B"] / alone["B"] if alone["B"] else None,
+            "compute_seconds": compute, "makespan": tl["makespan"], "idle_seconds": tl["makespan"] - compute}
+
+
+def _gpu_lines(label: str, row: dict) -> list[str]:
+    sw, d = row["swap"], row["dispatch_us"]
+    hid = (row.get("hidden") or {}).get("fraction_hidden")
+    ratio = row["measured_over_serial_simulation"]
+    lines = [f"{label:22s} measured {row['iteration_time'] * 1e3:8.1f} ms / one-GPU serial simulation "
+             f"{(row['simulated_serial_time'] or 0) * 1e3:8.1f} ms = {ratio or 0:.3f}   device peak "
+             f"{(row['device_peak_bytes'] or 0) / 2**30:6.1f} GiB  sum sim peaks {row['simulated_peak_sum'] / 2**30:6.1f} GiB",
+             f"{'':22s} host dispatch per action: median {d.get('all_median') or 0:,.0f} us, mean "
+             f"{d.get('all') or 0:,.0f} us, p10 {d.get('all_p10') or 0:,.0f} us (F {d.get('F') or 0:,.0f}, "
+             f"B {d.get('B') or 0:,.0f})"]
+    if sw.get("bytes_out"):
+        lines.append(f"{'':22s} swap {sw.get('standalone_gbps_out') or 0:.1f}/{sw.get('standalone_gbps_in') or 0:.1f}"
+                     f" GB/s (in-run {sw.get('measured_gbps_out') or 0:.1f}/{sw.get('measured_gbps_in') or 0:.1f}, "
+                     f"overlap {sw.get('overlap_with_compute') or 0:.0%})" + (f"  hidden {hid:.0%}" if hid is not None else ""))
+    if row.get("breakdown"):
+        b = row["breakdown"]
+        lines.append(f"{'':22s} recorded step: F {b['F_pipeline_over_standalone'] or 0:.3f}x, B "
+                     f"{b['B_pipeline_over_standalone'] or 0:.3f}x their standalone costs; makespan "
+                     f"{b['makespan'] * 1e3:.1f} ms = compute {b['compute_seconds'] * 1e3:.1f} ms + no compute "
+                     f"{b['idle_seconds'] * 1e3:.1f} ms")
+    if row.get("gpu_clocks"):
+        g = row["gpu_clocks"]
+        lines.append(f"{'':22s} GPU while busy: SM clock median {g['sm_clock_mhz']:.0f} MHz, power "
+                     f"{g['power_w']:.0f} W, throttle reasons {', '.join(g['throttle_reasons'])} "
+                     f"({g['busy_samples']} samples)")
+    return lines

@@ -2,9 +2,22 @@
 state, plus the data position (the step) and the run's identity.
 
 Every save goes to a new step directory; Orbax writes it under a temporary name and
-renames it when complete, and older steps are kept (the newest `keep`) until a
-newer one is complete, so a run that fails never damages an existing checkpoint.
-A fresh run refuses a directory that already holds checkpoints (pass resume).
+renames it when complete (a killed save leaves only that temporary directory, which
+the next run removes), and older steps are kept (the newest `keep`) until a newer
+one is complete, so a run that fails never damages an existing checkpoint. A fresh
+run refuses a directory that already holds checkpoints (pass resume); a resume must
+share the run's identity, stage and process counts included.
+
+One process: `PipelineCheckpointer` saves the per-stage trees as they are. Several
+processes: `obscura_jax.packed_checkpoint.PackedCheckpointer`, a different scheme
+because Orbax (0.12) refuses, in a multi-process job, every array that one process
+holds whole ("Cannot serialize host local jax.Array", checked again with this class
+on 2 processes), and a stage's state on its one device is exactly that. The scheme
+chosen: ONE checkpoint of ONE global array, each device's row holding its stages'
+state as bytes, saved by all processes together, so Orbax's own commit protocol (a
+step exists only once every process has written) still makes saves atomic; gathering
+the model to process 0 or per-process directories were rejected (details there).
+`open_checkpointer` picks the one for the run's ProcessGroup.
 """
 from __future__ import annotations
 
@@ -12,16 +25,40 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from obscura_jax.errors import RunError
 
 # Fields that must match between the checkpoint and the run resuming it. The
 # schedule may differ: every schedule computes the same math.
-IDENTITY_FIELDS = ("model", "units", "seed", "data", "micro_batch_size", "seq_len", "microbatches",
-                   "optimizer")
+IDENTITY_FIELDS = ("model", "stages", "processes", "units", "seed", "data", "micro_batch_size", "seq_len",
+                   "microbatches", "optimizer")
+# What checkpoints written before a field existed mean by it.
+IDENTITY_DEFAULTS = {"processes": 1}
+
+
+def open_checkpointer(directory, resume: bool, group):
+    """The checkpointer for a run of `group`'s processes (all of them call this)."""
+    if group.size == 1:
+        return PipelineCheckpointer(directory, resume=resume)
+    from obscura_jax.packed_checkpoint import PackedCheckpointer  # lazy: only multi-process runs
+    return PackedCheckpointer(directory, resume=resume, group=group)
+
+
+def check_identity(directory, saved: dict, identity: dict) -> None:
+    """One line naming the first field a resumed run does not share."""
+    for key in IDENTITY_FIELDS:
+        if key not in identity:
+            continue
+        have, want = saved.get(key, IDENTITY_DEFAULTS.get(key)), _jsonable(identity[key])
+        if key == "stages" and have is None:
+            have = len(saved.get("units", []))
+        if have != want:
+            what = {"processes": "process count", "stages": "stage count"}.get(key, key)
+            raise RunError(f"cannot resume {directory}: checkpoint has {what} {have!r}, this run has {want!r}")
 
 
 def _quiet_absl() -> None:
     try:
-        from absl import logging as absl_logging
+        from absl import logging as absl_logging  # lazy: comes with orbax, below
         absl_logging.set_verbosity(absl_logging.WARNING)
     except ImportError:
         pass
@@ -29,18 +66,19 @@ def _quiet_absl() -> None:
 
 class PipelineCheckpointer:
     def __init__(self, directory: str | Path, *, resume: bool, keep: int = 2):
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # lazy: orbax takes ~1 s to load, runs without checkpoints skip it
 
         _quiet_absl()
         self._ocp = ocp
         self.directory = Path(directory).absolute()
         if self.directory.exists() and not self.directory.is_dir():
-            raise ValueError(f"checkpoint dir {directory} is not a directory")
+            raise RunError(f"checkpoint dir {directory} is not a directory")
         self.manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                                 cleanup_tmp_directories=True))
         steps = sorted(self.manager.all_steps())
         if steps and not resume:
-            raise ValueError(f"checkpoint dir {directory} already holds steps {steps}: pass --resume "
+            raise RunError(f"checkpoint dir {directory} already holds steps {steps}: pass --resume "
                              "to continue it, or choose another dir")
         self.resume = resume
 
@@ -55,11 +93,7 @@ class PipelineCheckpointer:
             return None
         ocp = self._ocp
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        saved = meta.get("identity", {})
-        for key in IDENTITY_FIELDS:
-            if key in identity and saved.get(key) != _jsonable(identity[key]):
-                raise ValueError(f"cannot resume {self.directory}: checkpoint has {key}="
-                                 f"{saved.get(key)!r}, this run has {_jsonable(identity[key])!r}")
+        check_identity(self.directory, meta.get("identity", {}), identity)
         return int(meta["step"])
 
     def restore(self, like_state: Any, step: int) -> Any:

@@ -1,10 +1,18 @@
 """The `obscura` command line: one parser, one sub-command module each.
 
-Every sub-command module in obscura_jax/commands/ defines
-`add_parser(subparsers)` (which sets `func=run` on its parser) and keeps heavy
-imports (JAX, matplotlib) inside `run`, so `obscura simulate` never loads JAX.
-Bad input anywhere surfaces as one line `obscura: error: ...` and exit code 2;
-set OBSCURA_DEBUG=1 to see the traceback instead.
+Every sub-command module in obscura_jax/commands/ (COMMANDS; run_args.py holds the
+flags train and compare share) defines `add_parser(subparsers)` (which sets
+`func=run` on its parser) and keeps heavy imports (JAX, matplotlib) inside `run`,
+so `obscura simulate` never loads JAX.
+Every option's help ends with its default (DefaultsHelpFormatter, for all
+sub-commands at once); an option whose default needs words says it in its own help.
+`--model-module MODULE_OR_PATH` (on every sub-command that takes a model) imports
+a user module that registers models (models.registry) before the command runs.
+Bad input (an ObscuraError, or a file that cannot be read or written) surfaces as
+one line `obscura: error: ...` and exit code 2 (OBSCURA_DEBUG=1 shows the
+traceback instead); anything else is a bug: its traceback, a line asking to report
+it, exit code 1. The paper-figure and benchmark scripts answer the same way
+(`run_command`).
 """
 from __future__ import annotations
 
@@ -12,37 +20,98 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
+from typing import Callable
+
+from models.errors import ObscuraError
+from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends each option's default to its help: "(default: X)", "(default: off)"
+    for a switch, "(required)"; help that already names its default is left alone
+    (that is where a default needs words, e.g. --adjusted)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS or not action.option_strings \
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction)) \
+                or "default" in text.lower():
+            return text
+        if action.required:
+            return f"{text} (required)".strip()
+        if isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool):
+            return f"{text} (default: {'on' if action.default else 'off'})".strip()
+        if action.default is None:
+            return f"{text} (default: none)".strip()
+        return f"{text} (default: %(default)s)".strip()
+
+
+def add_model_module(p: argparse.ArgumentParser) -> None:
+    """--model-module, on every sub-command that takes a model."""
+    p.add_argument("--model-module", action="append", default=None, metavar="MODULE_OR_PATH",
+                   help="import this module (dotted name or .py path) first: it registers models "
+                        "of your own (models.register_family / register_config); repeatable "
+                        "(default: only the built-in llama and gpt models)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="obscura",
+        prog="obscura", formatter_class=DefaultsHelpFormatter,
         description="Obscura pipeline schedules, planner and JAX pipeline engine.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"obscura_jax.commands.{name}").add_parser(sub)
+    for command in sub.choices.values():
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def load_model_modules(args) -> None:
+    """Import what --model-module names (before anything looks a model up)."""
+    for spec in getattr(args, "model_module", None) or ():
+        load_model_module(spec)
+
+
+def error_line(err: BaseException) -> str:
+    """One line for a user error: its message's first line; a file problem names the file."""
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.filename}: {err.strerror or err}"
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def run_command(prog: str, body: Callable[[], int | None]) -> int:
+    """body() -> exit code. An ObscuraError or OSError is bad input: one line
+    `<prog>: error: ...`, exit 2. Anything else is a bug: traceback, a line asking
+    to report it, exit 1. Ctrl-C: exit 130."""
     try:
-        result = args.func(args)
+        return int(body() or 0)
     except KeyboardInterrupt:
-        print("obscura: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, OSError, KeyError) as e:  # bad input: one clear line
+    except (ObscuraError, OSError) as e:
         if os.environ.get("OBSCURA_DEBUG"):
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, KeyError):
-            msg = f"unknown name {msg}"
-        print(f"obscura: error: {msg}", file=sys.stderr)
+        print(f"{prog}: error: {error_line(e)}", file=sys.stderr)
         return 2
-    return int(result or 0)
+    except Exception:  # a bug: show where, and ask for the report
+        traceback.print_exc()
+        print(f"{prog}: internal error (a bug): please report it with the traceback above",
+              file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # `--processes N` re-runs it in N processes
+
+    def body():
+        load_model_modules(args)
+        return args.func(args)
+    return run_command("obscura", body)
 
 
 if __name__ == "__main__":

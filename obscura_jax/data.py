@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from obscura_jax.errors import RunError
+
 RAW_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 BYTE_VOCAB = 256
 
@@ -28,7 +30,7 @@ class BatchShape:
     def __post_init__(self) -> None:
         for name in ("microbatches", "micro_batch_size", "seq_len"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name.replace('_', ' ')} must be >= 1, got {getattr(self, name)}")
+                raise RunError(f"{name.replace('_', ' ')} must be >= 1, got {getattr(self, name)}")
 
     @property
     def rows(self) -> int:
@@ -55,30 +57,30 @@ def load_stdlib_bytes() -> np.ndarray:
         except OSError:  # unreadable file: skip, the order of the rest is unchanged
             continue
     if not chunks:
-        raise ValueError(f"no Python source files found under {sysconfig.get_paths()['stdlib']}")
+        raise RunError(f"no Python source files found under {sysconfig.get_paths()['stdlib']}")
     return np.frombuffer(b"\n".join(chunks), dtype=np.uint8)
 
 
 def load_token_file(path: str, dtype: str | None = None) -> np.ndarray:
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"data file not found: {path}")
+        raise RunError(f"data file not found: {path}")
     if p.suffix == ".npy":
         try:
             arr = np.load(p, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as e:
-            raise ValueError(f"cannot read token file {path}: {e}") from None
+            raise RunError(f"cannot read token file {path}: {e}") from None
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"token file {path} must hold a 1-D integer array, got {arr.dtype} {arr.shape}")
+            raise RunError(f"token file {path} must hold a 1-D integer array, got {arr.dtype} {arr.shape}")
         return arr
     name = dtype or "uint16"
     if name not in RAW_DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(RAW_DTYPES)}, got {name!r}")
+        raise RunError(f"--dtype must be one of {', '.join(RAW_DTYPES)}, got {name!r}")
     itemsize = np.dtype(RAW_DTYPES[name]).itemsize
     if p.stat().st_size % itemsize:
-        raise ValueError(f"token file {path} is {p.stat().st_size} bytes, not a multiple of {name}")
+        raise RunError(f"token file {path} is {p.stat().st_size} bytes, not a multiple of {name}")
     if p.stat().st_size == 0:
-        raise ValueError(f"token file {path} is empty")
+        raise RunError(f"token file {path} is empty")
     return np.memmap(p, dtype=RAW_DTYPES[name], mode="r")
 
 
@@ -99,13 +101,13 @@ class TokenData:
         else:
             n = len(self.corpus)
             if n < shape.seq_len + 1:
-                raise ValueError(f"data {self.name} has {n} tokens, fewer than seq_len + 1 = {shape.seq_len + 1}")
+                raise RunError(f"data {self.name} has {n} tokens, fewer than seq_len + 1 = {shape.seq_len + 1}")
             starts = rng.integers(0, n - shape.seq_len, shape.rows)
             window = np.stack([np.asarray(self.corpus[s:s + shape.seq_len + 1], dtype=np.int64)
                                for s in starts])
             top = int(window.max())
             if top >= self.vocab_size:
-                raise ValueError(f"data {self.name} holds token id {top} >= the model's vocabulary {self.vocab_size}")
+                raise RunError(f"data {self.name} holds token id {top} >= the model's vocabulary {self.vocab_size}")
         window = window.astype(np.int32)
         return window[:, :-1], window[:, 1:]
 
@@ -122,6 +124,6 @@ def open_data(spec: str, *, model_vocab: int, seed: int, dtype: str | None = Non
         return TokenData("synthetic", model_vocab, None, seed)
     if spec == "stdlib":
         if model_vocab < BYTE_VOCAB:
-            raise ValueError(f"stdlib data needs a vocabulary of >= {BYTE_VOCAB} byte tokens, the model has {model_vocab}")
+            raise RunError(f"stdlib data needs a vocabulary of >= {BYTE_VOCAB} byte tokens, the model has {model_vocab}")
         return TokenData("stdlib", model_vocab, load_stdlib_bytes(), seed)
     return TokenData(spec, model_vocab, load_token_file(spec, dtype), seed)

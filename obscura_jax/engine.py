@@ -3,6 +3,10 @@ compiled stage programs on their devices and the executor that runs them.
 
 Policy rule: a stage the schedule marks adjusted (StageSpec.recompute non-empty)
 runs that recompute set; every other stage runs the run's base policy.
+
+With several processes (a ProcessGroup other than the single one) each process
+compiles and holds only its own stages (`local_stages`); the shapes of the messages
+between stages (`boundary_specs`) come from the model, so every process knows them.
 """
 from __future__ import annotations
 
@@ -13,11 +17,16 @@ import jax
 import numpy as np
 
 import models
+from models.units import leaf_bytes
 from obscura_jax.data import BatchShape
+from obscura_jax.errors import RunError
 from obscura_jax.executor import PipelineExecutor, StageState
 from obscura_jax.placement import Placement
+from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.stage_program import StageProgram
 from obscura_jax.swap import HostSwap, host_memory_supported
+from planner.costs import check_partition
+from planner.errors import PlanError
 from schedules.ir import Schedule
 
 
@@ -28,15 +37,15 @@ def stage_policies(cfg, schedule: Schedule, base_policy) -> list:
             for spec in schedule.stages]
 
 
-def check_partition(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]:
-    parts = tuple((int(a), int(b)) for a, b in partition)
-    if len(parts) != num_stages:
-        raise ValueError(f"partition has {len(parts)} stages, the schedule {num_stages}")
-    if parts[0][0] != 0 or parts[-1][1] != cfg.num_units or any(
-            parts[i][1] != parts[i + 1][0] for i in range(len(parts) - 1)):
-        raise ValueError(f"partition {[list(p) for p in parts]} does not tile the {cfg.num_units} units "
-                         f"of {cfg.name} contiguously")
-    return parts
+def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]:
+    """The partition as one unit range per stage of the schedule: as many ranges as
+    stages, tiling the model (planner.costs.check_partition, the one rule)."""
+    if len(partition) != num_stages:
+        raise RunError(f"partition has {len(partition)} stages, the schedule {num_stages}")
+    try:
+        return check_partition(partition, cfg.num_units)
+    except PlanError as e:
+        raise RunError(f"partition {[list(p) for p in partition]} does not fit {cfg.name}: {e}") from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -57,6 +66,12 @@ def _abstract_stage_params(cfg, unit_range) -> dict:
     return models.stage_params(models.abstract_params(cfg), unit_range, cfg)
 
 
+def boundary_specs(cfg, parts, shape: BatchShape) -> tuple:
+    """Shape/dtype of what crosses each stage boundary (stage b's output, b < p-1)."""
+    return tuple(models.build_stage(cfg, r).output_spec(shape.micro_batch_size, shape.seq_len)
+                 for r in parts[:-1])
+
+
 @dataclass
 class Pipeline:
     """Everything needed to train one schedule: programs, executor, placement."""
@@ -66,45 +81,64 @@ class Pipeline:
     policies: list
     placement: Placement
     shape: BatchShape
-    programs: list[StageProgram]
+    programs: list[StageProgram | None]     # None: a stage of another process
     executor: PipelineExecutor
+    boundary_specs: tuple = ()
+    group: ProcessGroup = SINGLE
 
-    def init_state(self, seed: int) -> list[StageState]:
-        """Each stage initialises its own units (equal to slicing the whole model's)
-        directly on its device, so no device ever holds the whole model."""
-        params = []
-        for r, dev in zip(self.partition, self.placement.devices):
-            with jax.default_device(dev):
-                params.append(models.init_params(self.cfg, seed, unit_range=r))
+    @property
+    def local_stages(self) -> list[int]:
+        return self.executor.local
+
+    @property
+    def boundary_bytes(self) -> list[int]:
+        return [leaf_bytes(sp) for sp in self.boundary_specs]
+
+    def init_state(self, seed: int) -> list[StageState | None]:
+        """Each local stage initialises its own units (equal to slicing the whole
+        model's) directly on its device, so no device ever holds the whole model."""
+        params: list = [None] * len(self.programs)
+        for s in self.local_stages:
+            with jax.default_device(self.placement.devices[s]):
+                params[s] = models.init_params(self.cfg, seed, unit_range=self.partition[s])
         return self.executor.init_state(params)
 
+    def stage_row(self, s: int) -> dict:
+        """What the run's summary says about local stage s."""
+        r, prog, spec = self.partition[s], self.programs[s], self.schedule.stages[s]
+        return {"units": list(r), "unit_names": models.unit_names(self.cfg)[r[0]:r[1]],
+                "device": str(self.placement.devices[s]), "policy": self.policies[s].to_json(),
+                "adjusted": spec.adjusted, "swap_fraction": spec.swap_fraction,
+                "swap_blocks": spec.swap_blocks, "residual_bytes_per_microbatch": prog.residual_bytes,
+                "param_bytes": prog.params_bytes}
+
     def stage_rows(self) -> list[dict]:
-        return [{"units": list(r), "unit_names": models.unit_names(self.cfg)[r[0]:r[1]],
-                 "device": str(d), "policy": pol.to_json(), "adjusted": spec.adjusted,
-                 "swap_fraction": spec.swap_fraction, "swap_blocks": spec.swap_blocks,
-                 "residual_bytes_per_microbatch": prog.residual_bytes,
-                 "param_bytes": prog.params_bytes}
-                for r, d, pol, spec, prog in zip(self.partition, self.placement.devices, self.policies,
-                                                 self.schedule.stages, self.programs)]
+        return [self.stage_row(s) for s in self.local_stages]
 
 
 def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: Placement,
                    shape: BatchShape, optimizer, order, *, swap_mechanism: str = "device_put",
-                   swap_enabled: bool = True) -> Pipeline:
+                   swap_enabled: bool = True, group: ProcessGroup = SINGLE) -> Pipeline:
+    """Compile this process's stages (all of them in a single process) and the
+    executor that runs them."""
     p = schedule.num_stages
-    parts = check_partition(cfg, partition, p)
+    parts = stage_ranges(cfg, partition, p)
     if placement.num_stages != p:
         raise ValueError(f"placement has {placement.num_stages} stages, the schedule {p}")
     swapping = any(spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions)
                    for spec in schedule.stages)
+    local = [s for s, d in enumerate(placement.devices) if group.owns(d)]
     if swapping and swap_enabled:
-        bad = [s for s, d in enumerate(placement.devices) if not host_memory_supported(d)]
+        bad = [s for s in local if not host_memory_supported(placement.devices[s])]
         if bad:
-            raise ValueError(f"stage {bad[0]}'s device {placement.devices[bad[0]]} has no pinned_host "
+            raise RunError(f"stage {bad[0]}'s device {placement.devices[bad[0]]} has no pinned_host "
                              "memory: swapping is not possible there")
     policies = stage_policies(cfg, schedule, base_policy)
-    programs = [build_program(cfg, r, pol, dev, shape)
-                for r, pol, dev in zip(parts, policies, placement.devices)]
-    executor = PipelineExecutor(schedule, programs, optimizer, order,
-                                swap=HostSwap(swap_mechanism), swap_enabled=swap_enabled)
-    return Pipeline(cfg, schedule, parts, policies, placement, shape, programs, executor)
+    programs = [build_program(cfg, r, pol, dev, shape) if s in local else None
+                for s, (r, pol, dev) in enumerate(zip(parts, policies, placement.devices))]
+    specs = boundary_specs(cfg, parts, shape)
+    nbytes = [leaf_bytes(sp) for sp in specs]
+    executor = PipelineExecutor(schedule, programs, optimizer, order, swap=HostSwap(swap_mechanism),
+                                swap_enabled=swap_enabled, stage_devices=placement.devices,
+                                transport=group.transport(placement.devices, specs, nbytes))
+    return Pipeline(cfg, schedule, parts, policies, placement, shape, programs, executor, specs, group)

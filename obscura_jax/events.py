@@ -1,17 +1,17 @@
 """A measured per-action timeline without serialising the pipeline.
 
-The executor hands each issued action's outputs to `EventRecorder.issued`; one
+Each stage worker hands its issued actions' outputs to `EventRecorder.issued`; one
 waiter thread per (device, lane) calls `jax.block_until_ready` on them in issue
-order and notes the time they became ready. The dispatching thread never waits, so
-devices keep running concurrently; waiting threads release the GIL. Lanes: compute
+order and notes the time they became ready. The dispatching workers never wait, so
+devices keep running concurrently; waiting threads release the GIL. Several
+workers record at once (one per device); each process records its own stages, and
+`merge_events` puts several processes' events on one clock. Lanes: compute
 (F, B) per device, and one lane per direction of host copies (SO, SI), which run
 on their own copy streams and may finish out of order with compute.
 
 An action's start is inferred as what an in-order device implies:
     start = max(its dispatch time, end of the previous action in its lane,
-                end of every action it depends on)
-with dependencies F(s-1,mb) -> F(s,mb), B(s+1,mb) -> B(s,mb), F(s,mb) -> B(s,mb),
-F -> SO -> SI -> B of the same (s, mb). Cross-device transfer time is folded into
+                end of every action it depends on (schedules.deps)). Cross-device transfer time is folded into
 the consumer. Error sources, stated honestly: a ready time is observed when the
 waiter thread next runs (the GIL switch interval is lowered to 0.1 ms while
 recording), and on emulated CPU devices "concurrent" stages share the host's cores.
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import jax
 
+from schedules.deps import dependencies
 from schedules.ir import Action, Kind
 
 _LANE = {Kind.F: "compute", Kind.B: "compute", Kind.SO: "swap_out", Kind.SI: "swap_in"}
@@ -80,12 +81,13 @@ class EventRecorder:
     def issued(self, action: Action, arrays: tuple, dispatched: float) -> None:
         device = self._device_of[action.stage]
         key = (device, _LANE[action.kind])
-        q = self._queues.get(key)
-        if q is None:
-            q = self._queues[key] = queue.Queue()
-            t = threading.Thread(target=self._waiter, args=(q,), daemon=True)
-            t.start()
-            self._threads.append(t)
+        with self._lock:    # workers of several devices record at once
+            q = self._queues.get(key)
+            if q is None:
+                q = self._queues[key] = queue.Queue()
+                t = threading.Thread(target=self._waiter, args=(q,), daemon=True)
+                t.start()
+                self._threads.append(t)
         q.put((action, device, arrays, dispatched))
 
     def close(self) -> list[ActionEvent]:
@@ -101,24 +103,6 @@ class EventRecorder:
         return list(self._events)
 
 
-def _dependencies(a: Action, num_stages: int, swapped: set) -> list[Action]:
-    s, mb = a.stage, a.microbatch
-    if a.kind is Kind.F:
-        return [Action(s - 1, Kind.F, mb)] if s > 0 else []
-    if a.kind is Kind.B:
-        deps = [Action(s, Kind.F, mb)]
-        if s + 1 < num_stages:
-            deps.append(Action(s + 1, Kind.B, mb))
-        if (s, mb) in swapped:
-            deps.append(Action(s, Kind.SI, mb))
-        return deps
-    if a.kind is Kind.SO:
-        return [Action(s, Kind.F, mb)]
-    if a.kind is Kind.SI:
-        return [Action(s, Kind.SO, mb)]
-    return []
-
-
 def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action]) -> list[MeasuredOp]:
     """Events in any order -> ops with inferred starts, relative to the first dispatch."""
     by_action = {e.action: e for e in events}
@@ -126,7 +110,7 @@ def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action]) -
     if missing:
         raise RuntimeError(f"recorder lost {len(missing)} events (first: stage {missing[0].stage} {missing[0]})")
     origin = min(e.dispatched for e in events)
-    swapped = {(a.stage, a.microbatch) for a in order if a.kind is Kind.SI}
+    present = set(order)
     lane_end: dict[tuple[int, str], float] = {}
     end: dict[Action, float] = {}
     ops = []
@@ -134,9 +118,20 @@ def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action]) -
         e = by_action[a]
         lane = (e.device, _LANE[a.kind])
         start = max([e.dispatched, lane_end.get(lane, origin)]
-                    + [end[d] for d in _dependencies(a, num_stages, swapped) if d in end])
+                    + [end[d] for d in dependencies(a, present, num_stages) if d in end])
         finish = max(e.ready, start)
         lane_end[lane] = finish
         end[a] = finish
         ops.append(MeasuredOp(a, start - origin, finish - origin))
     return ops
+
+
+def events_to_json(events: list[ActionEvent], clock_offset: float = 0.0) -> list[list]:
+    """Events as JSON rows, on the reference clock (this process's perf_counter
+    plus `clock_offset`, the offset to process 0's, measured at start-up)."""
+    return [[e.action.long, e.device, e.dispatched + clock_offset, e.ready + clock_offset] for e in events]
+
+
+def merge_events(parts: list[list[list]]) -> list[ActionEvent]:
+    """Every process's `events_to_json` rows as one list of events (one clock)."""
+    return [ActionEvent(Action.parse(a), int(d), float(t0), float(t1)) for rows in parts for a, d, t0, t1 in rows]

@@ -1,30 +1,39 @@
-"""The pipeline executor: interprets one validated Schedule per training iteration.
+"""The pipeline executor: runs one validated Schedule per training iteration with one
+stage worker per device (obscura_jax.worker), in one process or several.
 
-It issues the schedule's actions in one global order consistent with every stage's
-order and all dependencies (`schedules.issue_order`), never blocking between
-actions: JAX dispatch is asynchronous, so stages on different devices really run
-concurrently, and a stage's device executes its actions in issue order.
+Each worker walks its device's row, which is the global issue order
+(`schedules.issue_order`) restricted to that device's stages: the schedule stays the
+only source of order, and the issue order, a topological order of the dependency
+rule, guarantees that whatever a worker waits for is produced by a worker that
+does not wait for it. Workers never block between actions (JAX dispatch is
+asynchronous), so stages on different devices run concurrently; a device whose
+queue is full blocks only its own worker. Messages between stages go through a
+Transport (obscura_jax.transport: in-process; obscura_jax.cross_process: several
+processes). W / I actions are not run: the engine's backward computes input and
+weight grads together.
 
-    F  y, res = fwd(params, x);  y -> device_put to the next stage's device
-    B  grads, dx = bwd(params, res, dy, grads);  dx -> the previous stage's device
-    SO / SI  a fraction of res to pinned host memory and back (obscura_jax.swap)
-    W  not supported: the engine's backward computes input and weight grads together
+    run_actions   every action of the schedule (this process's share of them)
+    apply_updates one optimizer step per local stage
 
-The loss stage's dy is 1/m, so accumulated grads are those of the mean loss over the
-m micro-batches (= the whole batch's loss); then one optimizer step per stage.
+A process holds only its own stages: `programs[s]` and `states[s]` are None for
+stages that run in another process.
 """
 from __future__ import annotations
 
 import functools
-import time
+import threading
 from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from obscura_jax.errors import RunError
+from obscura_jax.messages import device_rows, message_routes
 from obscura_jax.stage_program import StageProgram
 from obscura_jax.swap import HostSwap
+from obscura_jax.transport import Transport
+from obscura_jax.worker import StageWorker, StepContext, run_threads
 from schedules.ir import Action, Kind, Schedule
 
 
@@ -38,25 +47,40 @@ class StageState:
 
 @dataclass
 class MemoryLedger:
-    """Bytes live on each stage's device, counted in issue order (the CPU stand-in
-    for memory_stats()): residuals kept on device plus activations/grads waiting in
-    the stage's inbox. `peak` is the maximum over the iteration."""
+    """Bytes live on each stage's device, counted in the global issue order (the CPU
+    stand-in for memory_stats()): residuals kept on device plus activations/grads
+    waiting in the stage's inbox. `peak` is the maximum over the iteration.
+
+    Workers of several devices note their changes as they issue (`add`, naming the
+    action that causes each); `settle` then replays them in issue order, so the
+    count does not depend on how the threads happened to interleave."""
     live: list[int]
     peak: list[int]
+    _notes: list = field(default_factory=list, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def zeros(cls, p: int) -> "MemoryLedger":
         return cls([0] * p, [0] * p)
 
-    def add(self, stage: int, nbytes: int) -> None:
-        self.live[stage] += nbytes
-        if self.live[stage] > self.peak[stage]:
-            self.peak[stage] = self.live[stage]
+    def add(self, action: Action, stage: int, nbytes: int) -> None:
+        with self._lock:
+            self._notes.append((action, stage, nbytes))
+
+    def settle(self, position: dict[Action, int]) -> "MemoryLedger":
+        """Apply the noted changes in issue order (stable: one action's changes keep
+        the order they were made in)."""
+        with self._lock:
+            notes, self._notes = self._notes, []
+        for _, stage, nbytes in sorted(notes, key=lambda n: position[n[0]]):
+            self.live[stage] += nbytes
+            self.peak[stage] = max(self.peak[stage], self.live[stage])
+        return self
 
 
 @dataclass
 class IterationResult:
-    losses: jax.Array                  # [m] per-micro-batch losses (on the last stage's device)
+    losses: jax.Array | None           # [m] per-micro-batch losses (None: the last stage is elsewhere)
     dispatch_seconds: dict[str, list[float]] = field(default_factory=dict)  # host time per action kind
     ledger: MemoryLedger | None = None
 
@@ -100,47 +124,77 @@ def make_optimizer(name: str = "adamw", learning_rate: float = 1e-3, weight_deca
 
 
 class PipelineExecutor:
-    """Runs a Schedule on stage programs placed on their devices."""
+    """Runs a Schedule on stage programs placed on their devices.
 
-    def __init__(self, schedule: Schedule, programs: list[StageProgram], optimizer,
-                 order: list[Action], *, swap: HostSwap | None = None, swap_enabled: bool = True):
+    `programs[s]` is None for a stage of another process; then `stage_devices` (every
+    stage's jax.Device) and a `transport` that reaches the other processes are needed.
+    """
+
+    def __init__(self, schedule: Schedule, programs: list[StageProgram | None], optimizer,
+                 order: list[Action], *, swap: HostSwap | None = None, swap_enabled: bool = True,
+                 transport: Transport | None = None, stage_devices=None):
         p = schedule.num_stages
         if len(programs) != p:
             raise ValueError(f"schedule {schedule.name!r} has {p} stages, the pipeline {len(programs)}")
         for s, spec in enumerate(schedule.stages):
-            if any(a.kind is Kind.W for a in spec.actions):
-                raise ValueError(f"schedule {schedule.name!r} splits B/W on stage {s}: the engine runs "
-                                 "fused backwards only (no W actions)")
-        if len(order) != sum(len(spec.actions) for spec in schedule.stages):
-            raise ValueError("issue order does not cover the schedule's actions exactly once")
-        if not programs[0].takes_tokens or not programs[-1].returns_loss:
+            split = sorted({a.kind.value for a in spec.actions if a.kind in (Kind.I, Kind.W)})
+            if split:
+                raise RunError(f"schedule {schedule.name!r} splits its backward on stage {s} "
+                               f"({'/'.join(split)} actions): the engine runs fused backwards only "
+                               "(no W actions)")
+        self.local = [s for s, prog in enumerate(programs) if prog is not None]
+        if not self.local:
+            raise ValueError("a pipeline process must run at least one stage")
+        if (0 in self.local and not programs[0].takes_tokens) or \
+                (p - 1 in self.local and not programs[-1].returns_loss):
             raise ValueError("the first stage must take tokens and the last must return the loss")
         self.schedule = schedule
         self.programs = programs
-        self.order = list(order)
-        self.devices = [prog.device for prog in programs]
+        self.devices = list(stage_devices) if stage_devices is not None else [prog.device for prog in programs]
         self.m = schedule.num_microbatches
         self.swap = swap or HostSwap()
         self.swap_enabled = swap_enabled
         self.swap_fraction = [spec.swap_fraction for spec in schedule.stages]
-        self._loss_dy = programs[-1].loss_weight(self.m)
+        self.routes = message_routes(schedule)
+        self.transport = transport or Transport(self.devices, [prog.output_bytes for prog in programs[:-1]])
+        self._loss_dy = programs[-1].loss_weight(self.m) if p - 1 in self.local else None
         self.optimizer = optimizer
-        self._init = [_init_fn(optimizer, prog.sharding) for prog in programs]
-        self._update: list = []
+        self._init = {s: _init_fn(optimizer, programs[s].sharding) for s in self.local}
+        self._update: dict = {}
+        self.order = order
 
-    def init_state(self, stage_params: list[dict]) -> list[StageState]:
-        """Place each stage's params on its device, with fresh optimizer state and zero
-        grads (and compile the optimizer steps for them)."""
-        states = []
-        for prog, init, params in zip(self.programs, self._init, stage_params):
-            params = jax.device_put(params, prog.sharding)
-            states.append(StageState(params, init(params), prog.zero_grads(params)))
-        self._update = [compiled_update(self.optimizer, prog.sharding, st.params, st.opt_state, st.grads)
-                        for prog, st in zip(self.programs, states)]
+    @property
+    def order(self) -> list[Action]:
+        return self._order
+
+    @order.setter
+    def order(self, order: list[Action]) -> None:
+        """A new global issue order (e.g. from measured costs): new device rows, and
+        the transport's cross-process transfer order."""
+        order = list(order)
+        if len(order) != sum(len(spec.actions) for spec in self.schedule.stages):
+            raise ValueError("issue order does not cover the schedule's actions exactly once")
+        self._order = order
+        self._position = {a: i for i, a in enumerate(order)}
+        self.rows = device_rows(order, [d.id for d in self.devices], self.local)
+        set_order = getattr(self.transport, "set_order", None)
+        if set_order is not None:
+            set_order(order, self.routes)
+
+    def init_state(self, stage_params: list[dict | None]) -> list[StageState | None]:
+        """Place each local stage's params on its device, with fresh optimizer state
+        and zero grads (and compile the optimizer steps for them)."""
+        states: list[StageState | None] = [None] * len(self.programs)
+        for s in self.local:
+            prog = self.programs[s]
+            params = jax.device_put(stage_params[s], prog.sharding)
+            states[s] = StageState(params, self._init[s](params), prog.zero_grads(params))
+        self._update = {s: compiled_update(self.optimizer, self.programs[s].sharding, states[s].params,
+                                           states[s].opt_state, states[s].grads) for s in self.local}
         return states
 
     # ---- one iteration -----------------------------------------------------------
-    def run_iteration(self, states: list[StageState], tokens, targets, recorder=None,
+    def run_iteration(self, states: list, tokens, targets, recorder=None,
                       track_memory: bool = False) -> IterationResult:
         """One training step: every action of the schedule, then one optimizer step per
         stage. tokens/targets: sequences of m host arrays [b, T]. Updates `states` in
@@ -150,92 +204,48 @@ class PipelineExecutor:
         self.apply_updates(states)
         return result
 
-    def apply_updates(self, states: list[StageState]) -> None:
-        """One optimizer step per stage; grad accumulators come back zeroed."""
+    def apply_updates(self, states: list) -> None:
+        """One optimizer step per local stage; grad accumulators come back zeroed."""
         if not self._update:
             raise ValueError("init_state() compiles the optimizer steps: call it first")
-        for st, update in zip(states, self._update):
+        for s, update in self._update.items():
+            st = states[s]
             st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
 
-    def run_actions(self, states: list[StageState], tokens, targets, recorder=None,
+    def run_actions(self, states: list, tokens, targets, recorder=None,
                     track_memory: bool = False) -> IterationResult:
-        """The schedule's actions only: afterwards each stage's `grads` holds the
-        gradient of the mean loss over the m micro-batches (added to what was there)."""
+        """The schedule's actions only (one worker thread per local device; returns
+        when every action is issued, not when it is done): afterwards each local
+        stage's `grads` holds the gradient of the mean loss over the m micro-batches
+        (added to what was there)."""
         if len(tokens) != self.m or len(targets) != self.m:
             raise ValueError(f"expected {self.m} micro-batches, got {len(tokens)}")
+        p = len(self.programs)
         first, last = self.programs[0], self.programs[-1]
-        tok = jax.device_put(list(tokens), first.sharding)
-        tgt = jax.device_put(list(targets), last.sharding)
-        inbox_act: dict = {}
-        inbox_grad: dict = {}
-        residuals: dict = {}
-        losses: list = [None] * self.m
-        ledger = MemoryLedger.zeros(len(self.programs)) if track_memory else None
-        dispatch: dict[str, list[float]] = {k.value: [] for k in (Kind.F, Kind.B, Kind.SO, Kind.SI)}
-        clock = time.perf_counter
-
-        for action in self.order:
-            s, mb, kind = action.stage, action.microbatch, action.kind
-            prog, st = self.programs[s], states[s]
-            t0 = clock()
-            if kind is Kind.F:
-                if prog.takes_tokens:
-                    x = tok[mb]
-                else:
-                    x = inbox_act.pop((s, mb))
-                    if ledger:
-                        ledger.add(s, -self.programs[s - 1].output_bytes)
-                if prog.returns_loss:
-                    out, res = prog.forward(st.params, x, tgt[mb])
-                    losses[mb] = out
-                else:
-                    out, res = prog.forward(st.params, x)
-                    inbox_act[(s + 1, mb)] = jax.device_put(out, self.devices[s + 1])
-                    if ledger:
-                        ledger.add(s + 1, prog.output_bytes)
-                residuals[(s, mb)] = res
-                if ledger:
-                    ledger.add(s, res.device_bytes)
-                produced = (out,)
-            elif kind is Kind.B:
-                dy = self._loss_dy if prog.returns_loss else inbox_grad.pop((s, mb))
-                res = residuals.pop((s, mb))
-                st.grads, dx, done = prog.backward(st.params, res, dy, st.grads)
-                if ledger:
-                    ledger.add(s, -res.device_bytes)
-                    if not prog.returns_loss:
-                        ledger.add(s, -prog.output_bytes)
-                if dx is not None:
-                    inbox_grad[(s - 1, mb)] = jax.device_put(dx, self.devices[s - 1])
-                    if ledger:
-                        ledger.add(s - 1, self.programs[s - 1].output_bytes)
-                produced = (done,)
-            elif kind is Kind.SO:
-                res = residuals[(s, mb)]
-                if self.swap_enabled and self.swap_fraction[s] > 0:
-                    res = self.swap.swap_out(res, self.swap_fraction[s], self.devices[s])
-                    residuals[(s, mb)] = res
-                    if ledger:
-                        ledger.add(s, -res.host_bytes)
-                produced = tuple(res.leaves[i] for i in res.host_slots)
-            elif kind is Kind.SI:
-                res = residuals[(s, mb)]
-                if res.host_slots:
-                    if ledger:
-                        ledger.add(s, res.host_bytes)
-                    slots = res.host_slots
-                    res = self.swap.swap_in(res, self.devices[s])
-                    residuals[(s, mb)] = res
-                    produced = tuple(res.leaves[i] for i in slots)
-                else:
-                    produced = ()
-            else:  # W was rejected in __init__
-                raise ValueError(f"unsupported action {action}")
-            dispatch[kind.value].append(clock() - t0)
-            if recorder is not None:
-                recorder.issued(action, produced, t0)
-
-        if residuals or inbox_act or inbox_grad:
+        ledger = MemoryLedger.zeros(p) if track_memory else None
+        ctx = StepContext(
+            programs=self.programs, states=states, transport=self.transport, routes=self.routes,
+            tokens=jax.device_put(list(tokens), first.sharding) if first is not None else None,
+            targets=jax.device_put(list(targets), last.sharding) if last is not None else None,
+            loss_dy=self._loss_dy, losses=[None] * self.m, swap=self.swap,
+            swap_fraction=self.swap_fraction, swap_enabled=self.swap_enabled, ledger=ledger,
+            recorder=recorder)
+        self.transport.start_step(ledger)
+        workers = [StageWorker(row, ctx) for row in self.rows.values()]
+        error = run_threads([w.run for w in workers] + self.transport.step_threads(),
+                            self.transport.fail_step)
+        if error is not None:
+            raise error
+        left = [key for w in workers for key in w.residuals]
+        messages = self.transport.finish_step()
+        if left or messages:
             raise ValueError(f"schedule {self.schedule.name!r} left work undone: "
-                             f"{len(residuals)} residuals, {len(inbox_act) + len(inbox_grad)} messages")
-        return IterationResult(jnp.stack(jax.device_put(losses, last.sharding)), dispatch, ledger)
+                             f"{len(left)} residuals, {len(messages)} messages")
+        if ledger is not None:
+            ledger.settle(self._position)
+        dispatch: dict[str, list[float]] = {}
+        for w in workers:
+            for kind, seconds in w.dispatch.items():
+                dispatch.setdefault(kind, []).extend(seconds)
+        losses = jnp.stack(jax.device_put(ctx.losses, last.sharding)) if last is not None else None
+        return IterationResult(losses, dispatch, ledger)

@@ -1,57 +1,84 @@
 """Costs measured on the devices of a run, for the simulator (StageCosts).
 
-Each stage's forward and backward are timed standalone (one at a time, blocking,
-median of `reps` after one warm run), so `simulate(schedule, costs)` predicts what
-the same run would take with perfect overlap. Adjusted stages are also compiled
-with the run's base policy: bwd = the base backward, recompute = the adjusted
-backward minus it (the simulator adds it back on adjusted stages), act_bytes = the
-base residuals, act_bytes_recompute = the adjusted residuals. Transfers (stage to
-stage, device to host) are timed the same way. The optimizer step is timed in the
-run itself (trainer: the recorded iteration), not here: timing it standalone would
-need a copy of a stage's whole training state.
+Each stage's forward and backward are timed standalone, in steady state, on random
+data (`CostTiming`): the device is first kept busy with back-to-back runs
+(`sustain_seconds`, the first program; `settle_seconds` before each later one), then
+each sample is the mean of back-to-back runs, waiting only for the last, keeping
+only the newest result (memory stays bounded), and the median of `samples` samples
+is the cost. Why: on the H200 a short blocking burst ran at boost clock (1965-1980
+MHz) while the pipeline ran at the 700 W power cap (~1500 MHz), so standalone costs
+came out ~10% short of what the same program took in the pipeline; and constant
+inputs (zero tokens, constant hidden states) draw less power than real data (a
+matmul ran 13% faster on zeros). results/h200/power_cap holds that measurement.
+
+`simulate(schedule, costs)` then predicts what the same run would take with
+perfect overlap. Adjusted stages are also compiled with the run's base policy:
+bwd = the base backward, recompute = the adjusted backward minus it (the simulator
+adds it back on adjusted stages), act_bytes = the base residuals,
+act_bytes_recompute = the adjusted residuals. Transfers (stage to stage, device to
+host) are timed too; stage-to-stage through the run's Transport, so a boundary
+between processes is timed as the cross-process transfer it is. The optimizer
+step is timed in the run itself (trainer: the recorded iteration).
+
+Several processes: each measures its own stages (`measure_local`, JSON-ready) and
+`combine` builds one MeasuredCosts from every process's part, identically on all.
 """
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 
 import models
+from models.units import tree_bytes
+from obscura_jax.data import BatchShape
 from obscura_jax.engine import Pipeline, build_program
-from obscura_jax.executor import StageState
 from obscura_jax.stage_program import Residuals, StageProgram
 from obscura_jax.swap import HostSwap
+from planner.stopwatch import median_time
 from schedules.costs import StageCosts
 
 
-def tree_bytes(tree) -> int:
-    return sum(int(x.nbytes) for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
+@dataclass(frozen=True)
+class CostTiming:
+    """How programs are timed: `samples` samples of back-to-back runs lasting at
+    least `sample_seconds` each (at most `max_calls` runs: every run in flight holds
+    its outputs, a stage's residuals can be GBs), after `sustain_seconds` (first
+    program) or `settle_seconds` (later ones) of untimed back-to-back load."""
+    samples: int = 3
+    sample_seconds: float = 0.01
+    sustain_seconds: float = 0.0
+    settle_seconds: float = 0.0
+    max_calls: int = 50
+
+    @classmethod
+    def for_device(cls, device, samples: int) -> "CostTiming":
+        """GPUs: 2 s of load first (to reach the power-capped steady clock), samples of
+        ~0.1 s and at most 8 runs in flight. CPUs have no such clock swing: short
+        samples, no sustained load."""
+        if device.platform == "gpu":
+            return cls(samples, sample_seconds=0.1, sustain_seconds=2.0, settle_seconds=0.3, max_calls=8)
+        return cls(samples)
+
+    def time(self, fn, first: bool) -> float:
+        return median_time(fn, self.samples, min_sample_seconds=self.sample_seconds, max_calls=self.max_calls,
+                           sustain_seconds=self.sustain_seconds if first else self.settle_seconds)
+
+
+def _arrays(result) -> list:
+    """Every array in a result, Residuals included (it is not a pytree)."""
+    if isinstance(result, Residuals):
+        return list(result.leaves)
+    if isinstance(result, tuple):
+        return [x for r in result for x in _arrays(r)]
+    return [result]
 
 
 def _wait(result):
-    """Block on every array in a result, Residuals included (not a pytree)."""
-    if isinstance(result, Residuals):
-        jax.block_until_ready(result.leaves)
-    elif isinstance(result, tuple):
-        for r in result:
-            _wait(r)
-    else:
-        jax.block_until_ready(result)
+    jax.block_until_ready(_arrays(result))
     return result
-
-
-def timed(fn, reps: int) -> float:
-    """Median seconds of fn() (which must block), after one untimed warm run."""
-    fn()
-    samples = []
-    for _ in range(max(reps, 1)):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 @dataclass(frozen=True)
@@ -59,34 +86,54 @@ class StageTiming:
     fwd: float
     bwd: float
     residual_bytes: int
+    temp_bytes: int = 0         # XLA scratch of one program run
 
 
-def time_stage(prog: StageProgram, params, x, targets, reps: int) -> StageTiming:
-    """Standalone forward and backward seconds of one program on its device."""
-    dy = prog.loss_weight(1) if prog.returns_loss else jnp.ones(prog.output_spec.shape, prog.output_spec.dtype,
-                                                                device=prog.sharding)
+def _normal(spec, sharding, seed: int):
+    """Random normal data of `spec` on a device (hidden states, cotangents)."""
+    x = jax.random.normal(jax.random.key(seed), spec.shape, jnp.float32)
+    return jax.device_put(x.astype(spec.dtype), sharding)
+
+
+def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first: bool = True) -> StageTiming:
+    """Steady-state forward and backward seconds of one program on its device."""
+    out_spec = prog.output_spec
+    dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.sharding, seed=1)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
-    t_fwd = timed(lambda: _wait(prog.forward(*fwd_args)), reps)
-    _, res = prog.forward(*fwd_args)
+    t_fwd = timing.time(lambda: _arrays(prog.forward(*fwd_args)), first)
+    _, res = _wait(prog.forward(*fwd_args))
     grads = [prog.zero_grads(params)]
 
     def bwd():
-        grads[0], _, done = prog.backward(params, res, dy, grads[0])
-        jax.block_until_ready(done)
-        jax.block_until_ready(grads[0])
-    t_bwd = timed(bwd, reps)
-    return StageTiming(t_fwd, t_bwd, prog.residual_bytes)
+        grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
+        return [done, grads[0]]
+    t_bwd = timing.time(bwd, False)
+    return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes)
 
 
-def _stage_inputs(pipe: Pipeline, s: int):
+def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps: int) -> StageTiming:
+    """The engine's program for `unit_range` under `policy`, timed in steady state:
+    what planner.profiler.profile_model takes as its `time_unit`."""
+    shape = BatchShape(1, x.shape[0], x.shape[1])
+    prog = build_program(cfg, unit_range, policy, device, shape)
+    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps))
+
+
+def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):
+    """Random inputs of stage s on its device: tokens uniform over the vocabulary,
+    hidden states standard normal, targets uniform."""
     prog = pipe.programs[s]
     b, t = pipe.shape.micro_batch_size, pipe.shape.seq_len
+    vocab = pipe.cfg.vocab_size
+    key = jax.random.key(1000 + seed + s)
+
+    def tokens(k):
+        return jax.device_put(jax.random.randint(k, (b, t), 0, vocab, jnp.int32), prog.sharding)
     if prog.takes_tokens:
-        x = jax.device_put(jnp.zeros((b, t), jnp.int32), prog.sharding)
+        x = tokens(key)
     else:
-        prev = pipe.programs[s - 1].output_spec
-        x = jax.device_put(jnp.full(prev.shape, 0.1, prev.dtype), prog.sharding)
-    targets = jax.device_put(jnp.zeros((b, t), jnp.int32), prog.sharding) if prog.returns_loss else None
+        x = _normal(pipe.boundary_specs[s - 1], prog.sharding, seed=2000 + s)
+    targets = tokens(jax.random.fold_in(key, 1)) if prog.returns_loss else None
     return x, targets
 
 
@@ -107,64 +154,96 @@ class MeasuredCosts:
                 "host_bandwidth_in": self.host_bandwidth_in}
 
 
-def _time_transfer(x, sharding, reps: int) -> float:
-    return timed(lambda: jax.block_until_ready(jax.device_put(x, sharding)), reps)
+def measure_local(pipe: Pipeline, states: list, base_policy, timing: CostTiming) -> dict:
+    """This process's stages and the stage boundaries it times, JSON-ready:
+    {"stages": {s: {...}}, "boundaries": {b: [bytes, seconds]}}. Every process must
+    call it at the same point (boundaries between processes are timed together)."""
+    return {"stages": measure_stages(pipe, states, base_policy, timing),
+            "boundaries": measure_boundaries(pipe, timing)}
 
 
-def measure_costs(pipe: Pipeline, states: list[StageState], base_policy, reps: int = 3) -> MeasuredCosts:
-    p = pipe.schedule.num_stages
-    fwd, bwd, rec, act, act_rec, weight, boundary = ([] for _ in range(7))
-    base_bwd, adj_bwd = [], []
-    host_out, host_in = [], []
+def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming) -> dict:
+    """Each local stage: the run's program and (adjusted stages) the base one, and swap."""
     base = models.resolve_policy(base_policy, pipe.cfg.family)
-    for s, (prog, st, spec) in enumerate(zip(pipe.programs, states, pipe.schedule.stages)):
-        x, targets = _stage_inputs(pipe, s)
-        timing = time_stage(prog, st.params, x, targets, reps)
+    stages: dict[str, dict] = {}
+    first = True
+    for s in pipe.local_stages:
+        prog, st, spec = pipe.programs[s], states[s], pipe.schedule.stages[s]
+        x, targets = stage_inputs(pipe, s)
+        t = time_stage(prog, st.params, x, targets, timing, first)
+        first = False
+        row = {"adjusted_bwd": t.bwd, "act_bytes_recompute": prog.residual_bytes,
+               "weight_bytes": tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state),
+               "boundary_bytes": 0 if prog.returns_loss else prog.output_bytes}
         if spec.adjusted and pipe.policies[s] != base:
             plain = build_program(pipe.cfg, pipe.partition[s], base, prog.device, pipe.shape)
-            base_timing = time_stage(plain, st.params, x, targets, reps)
-            fwd.append(min(timing.fwd, base_timing.fwd))
-            bwd.append(base_timing.bwd)
-            rec.append(max(timing.bwd - base_timing.bwd, 0.0))
-            act.append(plain.residual_bytes)
+            b = time_stage(plain, st.params, x, targets, timing, False)
+            row.update(fwd=min(t.fwd, b.fwd), bwd=b.bwd, recompute=max(t.bwd - b.bwd, 0.0),
+                       act_bytes=plain.residual_bytes, base_bwd=b.bwd)
             del plain
         else:
-            base_timing = timing
-            fwd.append(timing.fwd)
-            bwd.append(timing.bwd)
-            rec.append(0.0)
-            act.append(prog.residual_bytes)
-        base_bwd.append(base_timing.bwd)
-        adj_bwd.append(timing.bwd)
-        act_rec.append(prog.residual_bytes)
-        weight.append(tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state))
-        boundary.append(0 if prog.returns_loss else prog.output_bytes)
+            row.update(fwd=t.fwd, bwd=t.bwd, recompute=0.0, act_bytes=prog.residual_bytes, base_bwd=t.bwd)
         if spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions):
-            _, res = (prog.forward(st.params, x, targets) if prog.returns_loss else prog.forward(st.params, x))
-            swap = HostSwap(pipe.executor.swap.mechanism)  # own counters: not the run's
-            out = [None]
-            t_out = timed(lambda: out.__setitem__(0, _wait(swap.swap_out(res, spec.swap_fraction, prog.device))),
-                          reps)
-            moved = out[0].host_bytes
-            t_in = timed(lambda: _wait(swap.swap_in(out[0], prog.device)), reps)
-            if moved:
-                host_out.append(moved / t_out)
-                host_in.append(moved / t_in)
+            row.update(_time_swap(pipe, prog, st, x, targets, spec.swap_fraction, timing))
+        stages[str(s)] = row
+    return stages
 
-    p2p_bytes, p2p_time = 0, 0.0
-    for s in range(p - 1):
-        a, b = pipe.placement.devices[s], pipe.placement.devices[s + 1]
-        if a.id == b.id:
-            continue
-        spec = pipe.programs[s].output_spec
-        y = jax.device_put(jnp.zeros(spec.shape, spec.dtype), pipe.programs[s].sharding)
-        p2p_time += _time_transfer(y, pipe.programs[s + 1].sharding, reps)
-        p2p_bytes += pipe.programs[s].output_bytes
+
+def measure_boundaries(pipe: Pipeline, timing: CostTiming) -> dict:
+    """Every stage boundary this process times, through the run's transport (every
+    process calls this together: boundaries between processes are collective)."""
+    boundaries = {}
+    for b in range(pipe.schedule.num_stages - 1):
+        like = (_normal(pipe.boundary_specs[b], pipe.programs[b].sharding, seed=3000 + b)
+                if pipe.programs[b] is not None else None)
+        seconds = pipe.executor.transport.time_boundary(
+            b, b + 1, like, timing.samples, lambda fn, n: median_time(fn, max(n, 3)))
+        if seconds is not None:
+            boundaries[str(b)] = [pipe.boundary_bytes[b], seconds]
+    return boundaries
+
+
+def _time_swap(pipe: Pipeline, prog, st, x, targets, fraction: float, timing: CostTiming) -> dict:
+    """Bytes per second of one block's SO and SI on this stage."""
+    _, res = _wait(prog.forward(st.params, x, targets) if prog.returns_loss else prog.forward(st.params, x))
+    swap = HostSwap(pipe.executor.swap.mechanism)  # own counters: not the run's
+    out = [None]
+    t_out = median_time(lambda: out.__setitem__(0, _wait(swap.swap_out(res, fraction, prog.device))),
+                        timing.samples)
+    moved = out[0].host_bytes
+    t_in = median_time(lambda: _wait(swap.swap_in(out[0], prog.device)), timing.samples)
+    return {"host_out": moved / t_out, "host_in": moved / t_in} if moved else {}
+
+
+def combine(parts: list[dict], num_stages: int) -> MeasuredCosts:
+    """One MeasuredCosts from every process's `measure_local` part (the same on every
+    process given the same parts)."""
+    stages: dict[int, dict] = {}
+    boundaries: dict[int, list] = {}
+    for part in parts:
+        stages.update({int(s): row for s, row in part["stages"].items()})
+        boundaries.update({int(b): v for b, v in part["boundaries"].items()})
+    missing = [s for s in range(num_stages) if s not in stages]
+    if missing:
+        raise ValueError(f"no measurement of stage {missing[0]}")
+    rows = [stages[s] for s in range(num_stages)]
+    col = lambda key: tuple(r[key] for r in rows)
+    p2p_bytes = sum(v[0] for v in boundaries.values())
+    p2p_time = sum(v[1] for v in boundaries.values())
     p2p_bw = p2p_bytes / p2p_time if p2p_time > 0 and p2p_bytes else float("inf")
+    host_out = [r["host_out"] for r in rows if "host_out" in r]
+    host_in = [r["host_in"] for r in rows if "host_in" in r]
     bw_out = statistics.median(host_out) if host_out else float("inf")
     bw_in = statistics.median(host_in) if host_in else float("inf")
-    host_bw = min(bw_out, bw_in)
-    costs = StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(rec), act_bytes=tuple(act),
-                       act_bytes_recompute=tuple(act_rec), weight_bytes=tuple(weight),
-                       boundary_bytes=tuple(boundary), p2p_bandwidth=p2p_bw, host_bandwidth=host_bw)
-    return MeasuredCosts(costs, tuple(base_bwd), tuple(adj_bwd), bw_out, bw_in)
+    costs = StageCosts(fwd=col("fwd"), bwd=col("bwd"), recompute=col("recompute"), act_bytes=col("act_bytes"),
+                       act_bytes_recompute=col("act_bytes_recompute"), weight_bytes=col("weight_bytes"),
+                       boundary_bytes=col("boundary_bytes"), p2p_bandwidth=p2p_bw,
+                       host_bandwidth=min(bw_out, bw_in))
+    return MeasuredCosts(costs, col("base_bwd"), col("adjusted_bwd"), bw_out, bw_in)
+
+
+def measure_costs(pipe: Pipeline, states: list, base_policy, reps: int = 3,
+                  timing: CostTiming | None = None) -> MeasuredCosts:
+    """Every stage of a single-process pipeline (all stages local)."""
+    timing = timing or CostTiming.for_device(pipe.placement.devices[0], reps)
+    return combine([measure_local(pipe, states, base_policy, timing)], pipe.schedule.num_stages)

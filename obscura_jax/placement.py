@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+from obscura_jax.errors import RunError, UsageError
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ def parse_stage_devices(text: str, num_stages: int) -> tuple[int, ...]:
     try:
         ids = tuple(int(t) for t in text.split(","))
     except ValueError:
-        raise ValueError(f"--stage-devices must be comma-separated device indices, got {text!r}") from None
+        raise UsageError(f"--stage-devices must be comma-separated device indices, got {text!r}") from None
     if len(ids) != num_stages:
-        raise ValueError(f"--stage-devices lists {len(ids)} devices for {num_stages} stages")
+        raise UsageError(f"--stage-devices lists {len(ids)} devices for {num_stages} stages")
     return ids
 
 
@@ -54,24 +55,24 @@ def place_stages(num_stages: int, platform: str, count: int,
     elif platform == "gpu":
         pool = _available("gpu")
         if not pool:
-            raise ValueError("--devices gpu: no GPU is visible to JAX")
+            raise RunError("--devices gpu: no GPU is visible to JAX")
     elif platform == "cpu":
         pool = _available("cpu")
         if count > len(pool):
-            raise ValueError(f"--devices cpu:{count}: JAX has only {len(pool)} CPU devices "
+            raise UsageError(f"--devices cpu:{count}: JAX has only {len(pool)} CPU devices "
                              "(the count is fixed when JAX starts)")
         pool = pool[:count]
     else:
         raise ValueError(f"unknown platform {platform!r}")
     if not pool:
-        raise ValueError(f"no {platform} devices available to host {num_stages} stages")
+        raise RunError(f"no {platform} devices available to host {num_stages} stages")
 
     if stage_devices is not None:
         if len(stage_devices) != num_stages:
             raise ValueError(f"{len(stage_devices)} stage devices given for {num_stages} stages")
         bad = [i for i in stage_devices if not 0 <= i < len(pool)]
         if bad:
-            raise ValueError(f"stage device {bad[0]} does not exist ({len(pool)} {platform} devices: "
+            raise UsageError(f"stage device {bad[0]} does not exist ({len(pool)} {platform} devices: "
                              f"0..{len(pool) - 1})")
         devices = tuple(pool[i] for i in stage_devices)
     else:
@@ -83,4 +84,34 @@ def place_stages(num_stages: int, platform: str, count: int,
         note = f"all {num_stages} stages share one {platform} device ({devices[0]})"
     elif distinct < num_stages:
         note = f"{num_stages} stages on {distinct} {platform} devices (round-robin: stages share devices)"
+    return Placement(devices, platform, note)
+
+
+def place_across_processes(num_stages: int, platform: str,
+                           stage_devices: tuple[int, ...] | None = None) -> Placement:
+    """Stages on every process's devices (jax.devices(), ordered by process): in
+    contiguous blocks, so each process runs neighbouring stages and only the blocks'
+    edges cross processes; or on `stage_devices` (indices into that list)."""
+    if platform == "auto":
+        platform = "gpu" if _available("gpu") else "cpu"
+    pool = _available(platform)
+    if not pool:
+        raise RunError(f"no {platform} devices available to host {num_stages} stages")
+    if stage_devices is not None:
+        bad = [i for i in stage_devices if not 0 <= i < len(pool)]
+        if bad:
+            raise UsageError(f"stage device {bad[0]} does not exist ({len(pool)} {platform} devices over all "
+                             f"processes: 0..{len(pool) - 1})")
+        devices = tuple(pool[i] for i in stage_devices)
+    else:
+        if num_stages < len(pool):
+            raise UsageError(f"{num_stages} stages cannot keep {len(pool)} devices busy (every process's "
+                             "devices run stages): use fewer processes or devices per process, or more stages")
+        devices = tuple(pool[s * len(pool) // num_stages] for s in range(num_stages))
+    idle = sorted({d.process_index for d in pool} - {d.process_index for d in devices})
+    if idle:
+        raise UsageError(f"process {idle[0]} would run no stage (--stage-devices): every process must run one")
+    note = ""
+    if len({d.id for d in devices}) < num_stages:
+        note = f"{num_stages} stages on {len({d.id for d in devices})} {platform} devices (contiguous blocks)"
     return Placement(devices, platform, note)

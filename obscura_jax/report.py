@@ -1,16 +1,8 @@
-"""Short tables for people, from the JSON-ready summaries of trainer.summarize."""
+"""Short tables for people, from the JSON-ready summaries of obscura_jax.summary.summarize."""
 from __future__ import annotations
 
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from models.registry import format_units
+from schedules.sizes import format_bytes
 
 
 def fmt_time(t) -> str:
@@ -40,6 +32,8 @@ def train_report(res: dict) -> str:
            f"devices {', '.join(sorted(set(res['devices'])))}"]
     if res.get("placement_note"):
         out.append(f"note: {res['placement_note']}")
+    if res.get("plan_note"):
+        out.append(f"plan: {res['plan_note']}")
     if losses:
         out.append(f"loss: step {res['steps'][0]} {losses[0]:.4f} -> step {res['steps'][-1]} {losses[-1]:.4f}")
     rows = [["iteration time", fmt_time(res["iteration_time"]), fmt_time(res["simulated_iteration_time"]),
@@ -57,7 +51,7 @@ def train_report(res: dict) -> str:
     sw = res.get("swap") or {}
     if sw.get("bytes_out"):
         gb = lambda v: f"{v:.2f} GB/s" if v else "-"
-        out.append(f"swap: {fmt_bytes(sw['bytes_out'])} out / {fmt_bytes(sw['bytes_in'])} in over the run; "
+        out.append(f"swap: {format_bytes(sw['bytes_out'])} out / {format_bytes(sw['bytes_in'])} in over the run; "
                    f"in-run {gb(sw.get('measured_gbps_out'))} out, {gb(sw.get('measured_gbps_in'))} in; "
                    f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in"
                    + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
@@ -65,10 +59,10 @@ def train_report(res: dict) -> str:
     rows = []
     for s, st in enumerate(res["stages"]):
         m = st.get("measured") or {}
-        rows.append([str(s), f"[{st['units'][0]},{st['units'][1]})", st["policy"]["name"],
-                     "yes" if st["adjusted"] else "no", fmt_bytes(st["residual_bytes_per_microbatch"]),
-                     fmt_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
-                     fmt_bytes(st.get("simulated_peak_bytes")),
+        rows.append([str(s), format_units(st["units"]), st["policy"]["name"],
+                     "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
+                     format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                     format_bytes(st.get("simulated_peak_bytes")),
                      fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
     out.append(table(["stage", "units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows))
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
@@ -77,8 +71,8 @@ def train_report(res: dict) -> str:
     if all("planned_peak_bytes" in st for st in res["stages"]):
         under = [str(s) for s, st in enumerate(res["stages"]) if st["planned_vs_measured_bytes"] < 0]
         out.append("plan: predicted vs measured peak (weights + live activations, no XLA scratch): "
-                   + ", ".join(f"{fmt_bytes(st['planned_peak_bytes'])} / "
-                               f"{fmt_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
+                   + ", ".join(f"{format_bytes(st['planned_peak_bytes'])} / "
+                               f"{format_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
                                for st in res["stages"])
                    + ("; never under-predicted" if not under
                       else f"; UNDER-predicted on stage(s) {', '.join(under)}"))
@@ -87,7 +81,7 @@ def train_report(res: dict) -> str:
         if st["peak_source"] != "memory_stats" and st.get("device_peak_bytes"):
             shared_peaks[st["device"]] = st["device_peak_bytes"]
     for dev, peak in shared_peaks.items():
-        out.append(f"memory_stats peak of shared device {dev}: {fmt_bytes(peak)}")
+        out.append(f"memory_stats peak of shared device {dev}: {format_bytes(peak)}")
     return "\n".join(out)
 
 
@@ -99,5 +93,5 @@ def compare_report(results: list[dict]) -> str:
                      _ratio(r["iteration_time"], r["simulated_iteration_time"]),
                      f"{r['tokens_per_second']:,.0f}" if r.get("tokens_per_second") else "-",
                      f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
-                     " / ".join(fmt_bytes(p) for p in peaks)])
+                     " / ".join(format_bytes(p) for p in peaks)])
     return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "loss", "peak per stage"], rows)

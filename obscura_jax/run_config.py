@@ -1,11 +1,20 @@
 """RunConfig: everything one training run needs, validated once; and turning it into
-a model config, a Schedule and a partition (from a generator, a schedule file or a
-plan file)."""
+a model config, a Schedule and a partition (from a generator, a schedule file, a
+Schedule object or a plan file)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import models
+import schedules
+from obscura_jax import plan_run
+from obscura_jax.errors import UsageError
+from schedules.io import load_schedule
+from schedules.ir import Schedule
+from schedules.validator import validate
 
 SWAP_MECHANISMS = ("device_put", "jit")
 
@@ -20,7 +29,7 @@ def parse_adjusted(text):
     try:
         vals = tuple(int(t) for t in text.split(","))
     except ValueError:
-        raise ValueError(f"--adjusted must be K, all or a comma list of stages, got {text!r}") from None
+        raise UsageError(f"--adjusted must be K, all or a comma list of stages, got {text!r}") from None
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -29,7 +38,7 @@ class RunConfig:
     model: str = "llama2-tiny"
     stages: int | None = None          # None: from the schedule file / plan, else 4
     microbatches: int | None = None    # None: from the schedule file / plan, else 8
-    schedule: str = "1f1b"             # generator name or a schedule JSON path
+    schedule: object = "1f1b"          # generator name, schedule JSON path, or a Schedule
     adjusted: object = None            # None | K | "all" | tuple of stages
     adjusted_policy: tuple[str, ...] = ("full",)
     policy: str = "none"               # base policy of non-adjusted stages
@@ -42,6 +51,7 @@ class RunConfig:
     data: str = "synthetic"
     data_dtype: str | None = None
     plan: str | None = None
+    plan_scale_down: bool = False      # run a plan made for another model (obscura_jax.plan_run)
     checkpoint_dir: str | None = None
     resume: bool = False
     checkpoint_every: int = 0          # 0: only at the end
@@ -57,52 +67,55 @@ class RunConfig:
     model_overrides: tuple = field(default=())  # ((field, value), ...)
 
     def __post_init__(self) -> None:
+        if isinstance(self.schedule, os.PathLike):
+            object.__setattr__(self, "schedule", os.fspath(self.schedule))
+        if not isinstance(self.schedule, (str, Schedule)):
+            raise UsageError(f"RunConfig.schedule must be a generator name, a schedule JSON path or a "
+                             f"Schedule, got {type(self.schedule).__name__}")
         object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
         object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
         for name in ("steps", "micro_batch_size", "seq_len", "cost_reps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         for name in ("stages", "microbatches"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"--{name} must be >= 1, got {v}")
+                raise UsageError(f"--{name} must be >= 1, got {v}")
         if self.swap_blocks < 0:
-            raise ValueError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
+            raise UsageError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
         if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):
-            raise ValueError(f"--swap-fraction must be in [0, 1], got {self.swap_fraction}")
+            raise UsageError(f"--swap-fraction must be in [0, 1], got {self.swap_fraction}")
         if self.warmup_steps < 0 or self.checkpoint_every < 0:
-            raise ValueError("--warmup-steps and --checkpoint-every must be >= 0")
+            raise UsageError("--warmup-steps and --checkpoint-every must be >= 0")
         if self.swap_mechanism not in SWAP_MECHANISMS:
-            raise ValueError(f"--swap-mechanism must be one of {', '.join(SWAP_MECHANISMS)}")
+            raise UsageError(f"--swap-mechanism must be one of {', '.join(SWAP_MECHANISMS)}")
         if self.resume and not self.checkpoint_dir:
-            raise ValueError("--resume needs --checkpoint-dir")
+            raise UsageError("--resume needs --checkpoint-dir")
         if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
-            raise ValueError(f"--lr must be > 0, got {self.learning_rate}")
+            raise UsageError(f"--lr must be > 0, got {self.learning_rate}")
 
     def model_config(self):
-        import models
         return models.get_config(self.model, **dict(self.model_overrides))
 
     def resolve(self, cfg):
         """-> (Schedule, partition) validated against the model."""
-        import models
-        import schedules
-        from schedules.validator import validate
-
         if self.plan:
-            from planner import load_plan, plan_to_schedule
+            from planner.plan import load_plan, plan_to_schedule  # lazy: the planner loads JAX
             plan = load_plan(self.plan)
             schedule = plan_to_schedule(plan)
-            partition = [tuple(st.units) for st in plan.stages]
+            partition = plan_run.plan_partition(self, plan, cfg)
             self._check_counts(schedule, "plan " + self.plan)
+        elif isinstance(self.schedule, Schedule):
+            schedule = self.schedule
+            partition = None
+            self._check_counts(schedule, f"schedule {schedule.name!r}")
         elif self.schedule.endswith(".json") or Path(self.schedule).is_file():
-            from schedules.io import load_schedule
             schedule = load_schedule(self.schedule)
             partition = None
             self._check_counts(schedule, "schedule file " + self.schedule)
         else:
             if self.schedule not in schedules.SCHEDULES:
-                raise ValueError(f"unknown schedule {self.schedule!r}; choose from "
+                raise UsageError(f"unknown schedule {self.schedule!r}; choose from "
                                  f"{', '.join(schedules.SCHEDULES)} or give a schedule JSON file")
             schedule = schedules.generate(
                 self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
@@ -116,14 +129,22 @@ class RunConfig:
 
     def planned_peaks(self) -> tuple[int, ...] | None:
         """The plan's predicted per-stage peak bytes (weights + kept activations),
-        or None when the run has no plan."""
-        if not self.plan:
+        or None when the run has no plan or is not comparable with it."""
+        if not self.plan or plan_run.comparable(self, self.model_config()) is False:
             return None
-        from planner import load_plan
+        from planner.plan import load_plan  # lazy: the planner loads JAX
         return tuple(int(st.predicted_peak_bytes) for st in load_plan(self.plan).stages)
+
+    def adjusted_stages(self, schedule) -> tuple[int, ...]:
+        """Adjusted stages, in the one meaning plan and train output share (plan_run)."""
+        return plan_run.adjusted_stages(self, schedule)
+
+    def plan_labels(self) -> dict:
+        """The plan keys of the run's summary ({} without a plan)."""
+        return plan_run.plan_labels(self)
 
     def _check_counts(self, schedule, what: str) -> None:
         for flag, have in (("stages", schedule.num_stages), ("microbatches", schedule.num_microbatches)):
             want = getattr(self, flag)
             if want is not None and want != have:
-                raise ValueError(f"--{flag} {want} disagrees with the {have} of {what}")
+                raise UsageError(f"--{flag} {want} disagrees with the {have} of {what}")

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models.units import leaf_bytes, tree_bytes
+
 # Where one pullback leaf comes from.
 _PARAM, _INPUT, _TARGETS, _KEPT = 0, 1, 2, 3
 
@@ -39,10 +41,6 @@ class PullbackLayout:
     sources: tuple[tuple[int, int], ...]
     keeps_input: bool
     keeps_targets: bool
-
-
-def _nbytes(leaf) -> int:
-    return int(np.prod(leaf.shape, dtype=np.int64)) * jnp.dtype(leaf.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ class StageProgram:
         params_spec = jax.tree.map(lambda a: _spec(a, self.sharding), params_like)
         x_spec = _spec(x_like, self.sharding)
         t_spec = None if targets_like is None else _spec(targets_like, self.sharding)
-        self.params_bytes = sum(_nbytes(leaf) for leaf in jax.tree.leaves(params_spec))
+        self.params_bytes = tree_bytes(params_spec)
 
         self._layout: PullbackLayout | None = None
         args = (params_spec, x_spec) + ((t_spec,) if returns_loss else ())
@@ -110,11 +108,11 @@ class StageProgram:
         self.layout = self._layout
         out_info = lowered.out_info
         self.output_spec = out_info[0]
-        self.output_bytes = _nbytes(out_info[0])
+        self.output_bytes = leaf_bytes(out_info[0])
         kept_specs = [_spec(s, self.sharding) for s in out_info[1]]
         res_specs = (([x_spec] if self.layout.keeps_input else [])
                      + ([t_spec] if self.layout.keeps_targets else []) + kept_specs)
-        self.residual_leaf_bytes = tuple(_nbytes(s) for s in res_specs)
+        self.residual_leaf_bytes = tuple(leaf_bytes(s) for s in res_specs)
         self.residual_bytes = sum(self.residual_leaf_bytes)
         self._fwd = lowered.compile()
         dy_spec = _spec(jax.ShapeDtypeStruct(out_info[0].shape, out_info[0].dtype), self.sharding)

@@ -13,6 +13,7 @@ again ("device_put" is the default); everything else in the engine only calls
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 import jax
@@ -64,15 +65,17 @@ class HostSwap:
         self.mechanism = mechanism
         self.counters = SwapCounters()
         self._jit_copies: dict = {}
+        self._lock = threading.Lock()     # stage workers of several devices share one HostSwap
 
     def _put(self, leaves: list, sharding) -> list:
         if self.mechanism == "device_put":
             return jax.device_put(leaves, sharding)
         key = (sharding, tuple((x.shape, x.dtype) for x in leaves))
-        fn = self._jit_copies.get(key)
-        if fn is None:
-            fn = jax.jit(lambda xs: xs, out_shardings=sharding)
-            self._jit_copies[key] = fn
+        with self._lock:
+            fn = self._jit_copies.get(key)
+            if fn is None:
+                fn = jax.jit(lambda xs: xs, out_shardings=sharding)
+                self._jit_copies[key] = fn
         return fn(leaves)
 
     def swap_out(self, residuals: Residuals, fraction: float, device: jax.Device) -> Residuals:
@@ -88,8 +91,9 @@ class HostSwap:
         for i, x in zip(slots, moved):
             leaves[i] = x
         out = replace(residuals, leaves=tuple(leaves), host_slots=slots)
-        self.counters.bytes_out += out.host_bytes
-        self.counters.transfers_out += 1
+        with self._lock:
+            self.counters.bytes_out += out.host_bytes
+            self.counters.transfers_out += 1
         return out
 
     def swap_in(self, residuals: Residuals, device: jax.Device) -> Residuals:
@@ -101,6 +105,7 @@ class HostSwap:
         leaves = list(residuals.leaves)
         for i, x in zip(residuals.host_slots, moved):
             leaves[i] = x
-        self.counters.bytes_in += residuals.host_bytes
-        self.counters.transfers_in += 1
+        with self._lock:
+            self.counters.bytes_in += residuals.host_bytes
+            self.counters.transfers_in += 1
         return replace(residuals, leaves=tuple(leaves), host_slots=())

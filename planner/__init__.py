@@ -8,10 +8,13 @@ Modules: profile (format), analytic (shape-derived profiles), profiler (measured
 ones), costs (profile -> StageCosts), memory_model / time_model (the paper's
 Eq. 1-3, 5-6), identify (adjusted stages, CMB-Identifying), recompute_ip (Eq. 4
 with CP-SAT), search (swap grid judged by the simulator), partition
-(Algorithm 1), baselines, plan (Plan, obscura-plan/1, make_plan).
+(Algorithm 1), baselines, plan (Plan, obscura-plan/1, make_plan), plan_meta (what
+a plan was made for; scaling a plan down onto a smaller model).
 Names below load on first use, so `import planner` stays light.
 """
 from __future__ import annotations
+
+from models import lazy_attributes
 
 _EXPORTS = {
     "Profile": "planner.profile", "UnitProfile": "planner.profile", "OpProfile": "planner.profile",
@@ -22,15 +25,10 @@ _EXPORTS = {
     "Plan": "planner.plan", "StagePlan": "planner.plan", "make_plan": "planner.plan",
     "plan_search": "planner.plan", "load_plan": "planner.plan", "save_plan": "planner.plan",
     "plan_from_json": "planner.plan", "plan_to_schedule": "planner.plan",
+    "PlanSource": "planner.plan_meta", "scale_partition": "planner.plan_meta",
     "parse_memory_limit": "planner.identify",
     "ProfileError": "planner.errors", "PlanError": "planner.errors", "InfeasibleError": "planner.errors",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        import importlib
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+__getattr__ = lazy_attributes("planner", _EXPORTS)

@@ -22,7 +22,7 @@ import math
 from planner.costs import Partition, kept_bytes
 from planner.identify import cmb_set, identify, stage_peak_1f1b
 from planner.profile import FULL
-from planner.search import (Config, Evaluation, Setting, base_order, chain_swap_blocks, evaluate,
+from planner.search import (Config, Evaluation, Setting, base_order, chain_swap_blocks, simulate_config,
                             swap_options, warmups_of_rows)
 from planner.time_model import swap_hides
 
@@ -47,7 +47,7 @@ def baseline_configs(setting: Setting, partition: Partition) -> dict[str, Config
 
 
 def evaluate_baselines(setting: Setting, partition: Partition) -> dict[str, Evaluation]:
-    return {name: evaluate(setting, cfg) for name, cfg in baseline_configs(setting, partition).items()}
+    return {name: simulate_config(setting, cfg) for name, cfg in baseline_configs(setting, partition).items()}
 
 
 def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True
@@ -68,7 +68,7 @@ def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swa
 
     def consider(cfg: Config) -> None:
         nonlocal best, best_ev
-        ev = evaluate(free, cfg)
+        ev = simulate_config(free, cfg)
         need = max(ev.peaks)
         if need < best:
             best, best_ev = need, ev
@@ -85,7 +85,7 @@ def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swa
             consider(Config("obscura", partition, tuple(range(k + 1)), sets, lam,
                             beta if any(lam) else 0.0, order))
     if best_ev is not None:
-        best_ev = evaluate(setting, best_ev.config)  # judged against the real limit
+        best_ev = simulate_config(setting, best_ev.config)  # judged against the real limit
     return best, best_ev
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.errors import ProfileError
 from planner.profile import OpProfile, Profile, UnitProfile
 
 CMB_FAMILY_OPS = {"attn_norm", "mlp_norm", "mlp_act", "mlp_mul"}
@@ -46,7 +47,7 @@ def stage_overheads(stage_mfu: dict, attention: str = "cudnn") -> dict[str, floa
             if r.get("attention") == attention and "fwd_bwd_s" in r}
     missing = sorted({"none", "cmb", "mlp", "full"} - set(rows))
     if missing:
-        raise ValueError(f"stage MFU result lacks policies {', '.join(missing)} for {attention}")
+        raise ProfileError(f"stage MFU result lacks policies {', '.join(missing)} for {attention}")
     layers = rows["none"]["layers"]
     base = rows["none"]["fwd_bwd_s"]
     return {p: (rows[p]["fwd_bwd_s"] - base) / layers for p in ("cmb", "mlp", "full")}

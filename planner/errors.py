@@ -1,13 +1,15 @@
-"""Errors the planner raises for bad input. All are ValueErrors, so the CLI turns
-them into one line and exit code 2."""
+"""Errors the planner raises for bad input: the project's ObscuraError family, so
+the CLI turns them into one line and exit code 2."""
 from __future__ import annotations
 
+from models.errors import ObscuraError
 
-class ProfileError(ValueError):
+
+class ProfileError(ObscuraError):
     """A profile (obscura-profile/1) is malformed or inconsistent."""
 
 
-class PlanError(ValueError):
+class PlanError(ObscuraError):
     """A plan cannot be made, or a plan file (obscura-plan/1) is not valid."""
 
 

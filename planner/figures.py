@@ -1,6 +1,7 @@
-"""What the paper-figure scripts (scripts/fig12_*.py .. fig16_*.py) share: the
-profile a figure is simulated from, the paper's numbers, the planning runs that
-become CSV rows, and CSV/PNG output.
+"""The numbers behind the paper-figure scripts (scripts/fig05_*.py .. fig16_*.py):
+the profile a figure is simulated from, and the planning runs that become its rows.
+Drawing, CSV files and command-line flags are the scripts' (scripts/figlib.py); the
+paper's own numbers are planner.paper's.
 
 Every figure is SIMULATED: the planner (planner.plan.plan_search) judges each
 configuration with schedules.simulate on per-unit costs from a profile. The
@@ -8,45 +9,25 @@ profile is the measured H200 one (`<profile-dir>/profile_<model>-13b.json`) when
 it exists; otherwise an analytic roofline profile (planner.analytic) stands in,
 and every label says so loudly. The paper's 18/23/28B models are the 13B shape
 with 56/72/88 layers (derive_profile), as in the paper.
-
-matplotlib is imported only inside the drawing helpers, object-oriented API only.
 """
 from __future__ import annotations
 
-import csv
-import os
-import sys
-import tempfile
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from planner.errors import InfeasibleError, ProfileError
+import models
+from planner.analytic import analytic_profile
+from planner.errors import InfeasibleError, PlanError, ProfileError
 from planner.identify import parse_memory_limit
+from planner.paper import (ABLATION_RUNS, ABLATION_STEPS, FAMILIES, FIG5_CONFIGS, FIG5_PAPER,
+                           MICRO_BATCH, NUM_STAGES, PAPER_LIMIT, PAPER_SPEEDUP, SEQ_LEN, SIZES, SYSTEMS)
+from planner.plan import plan_search
 from planner.profile import Profile, derive_profile, load_profile
-
-GIB = 2 ** 30
-NUM_STAGES = 8                      # the paper's p (8x A100-80GB)
-SEQ_LEN, MICRO_BATCH = 4096, 1
-PAPER_LIMIT = "80GiB"               # the A100-80GB the paper ran on
-H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (device-notes.md)
-SIZES = {"13b": 40, "18b": 56, "23b": 72, "28b": 88}   # layers (models/config.py)
-FAMILIES = {"llama2": "Llama-2", "gpt3": "GPT-3"}
-SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+", "recomp": "Recomp-N",
-           "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura"}
-# Speedup of Obscura over DAPPLE+ in the paper (spec section 9), over global batch 16/32/64.
-PAPER_SPEEDUP = {("llama2", "18b"): (1.29, 1.31), ("llama2", "23b"): (1.29, 1.31),
-                 ("llama2", "28b"): (1.22, 1.27), ("gpt3", "18b"): (1.32, 1.33),
-                 ("gpt3", "23b"): (1.32, 1.33), ("gpt3", "28b"): (1.30, 1.32)}
-# Ablation (Fig. 16): each step adds one of the paper's components to the last.
-ABLATION_STEPS = (("relaxation", "relaxation only"), ("swap_recompute", "+ swapping-aware recompute"),
-                  ("partition", "+ partition adjustment"), ("cmb", "+ CMB-Identifying (= Obscura)"))
-# The planner runs behind them: "no_cmb" gives two steps (its even-partition best is
-# exactly what partition=False would return, its final best adds Algorithm 1).
-ABLATION_RUNS = {"relaxation": dict(cmb=False, swap=False, ip=False, partition=False),
-                 "no_cmb": dict(cmb=False, swap=True, ip=True, partition=True),
-                 "obscura": dict(cmb=True, swap=True, ip=True, partition=True)}
-
+from schedules import Kind, StageCosts, generate, simulate
+from schedules.sizes import GiB
 
 # Recomputing every op of a layer unit redoes its forward, so the ops' fwd_time
 # should sum to about the unit's; far below it, selective recompute is priced as
@@ -62,20 +43,21 @@ class Source:
     measured: bool
     label: str
     caution: str = ""    # what about the profile a reader must know (empty: nothing)
+    warning: str = ""    # what a script prints before using it (empty: nothing)
 
     def sized(self, size: str) -> Profile:
         """The paper's `size` model: the 13B profile with more layers."""
         if size not in SIZES:
-            raise ValueError(f"unknown model size {size!r} (known: {', '.join(SIZES)})")
+            raise PlanError(f"unknown model size {size!r} (known: {', '.join(SIZES)})")
         return derive_profile(self.profile, SIZES[size], f"{self.family}-{size}")
 
 
 def load_source(family: str, profile_dir, analytic: str | None = None) -> Source:
     """The measured `<profile_dir>/profile_<family>-13b.json`, or (missing, or
-    `analytic` names a device) an analytic roofline profile, with a warning on
-    stderr. A profile that exists but is malformed or of another family is an error."""
+    `analytic` names a device) an analytic roofline profile, with a warning to print.
+    A profile that exists but is malformed or of another family is an error."""
     if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+        raise PlanError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
     path = Path(profile_dir) / f"profile_{family}-13b.json"
     if analytic is None and path.exists():
         prof = load_profile(path)
@@ -83,18 +65,14 @@ def load_source(family: str, profile_dir, analytic: str | None = None) -> Source
             raise ProfileError(f"profile {path} is of model {prof.model!r}, expected {family}-13b")
         what = "measured" if not prof.device.startswith("analytic") else "analytic (from file)"
         caution = recompute_caution(prof)
-        if caution:
-            print(f"WARNING: {family}: {caution}", file=sys.stderr)
         return Source(family, prof, what == "measured",
-                      f"{what} {prof.device} profile {path} (seq {prof.seq_len}, mb {prof.micro_batch})", caution)
-    import models
-    from planner.analytic import analytic_profile
+                      f"{what} {prof.device} profile {path} (seq {prof.seq_len}, mb {prof.micro_batch})", caution,
+                      f"WARNING: {family}: {caution}" if caution else "")
     device = analytic or "H200"
     prof = analytic_profile(models.get_config(f"{family}-13b"), SEQ_LEN, MICRO_BATCH, device=device)
     why = "requested" if analytic else f"{path} missing"
     label = f"ANALYTIC {device} roofline profile, NOT measured ({why})"
-    print(f"WARNING: {family}: figures use an {label}", file=sys.stderr)
-    return Source(family, prof, False, label)
+    return Source(family, prof, False, label, warning=f"WARNING: {family}: figures use an {label}")
 
 
 def recompute_caution(profile: Profile) -> str:
@@ -122,7 +100,6 @@ def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages:
               reserve=0, **switches):
     """planner.plan.plan_search, or None when no configuration fits the limit
     (less `reserve`, held back for what the memory model does not count)."""
-    from planner.plan import plan_search
     try:
         return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve, **switches)
     except InfeasibleError:
@@ -133,7 +110,7 @@ def _plan_or_raise(prof: Profile, global_batch: int, limit: int, num_stages: int
     result = plan_case(prof, global_batch, limit, num_stages, reserve)
     if result is None:
         raise InfeasibleError(f"{prof.model} at global batch {global_batch} does not fit "
-                              f"{limit / GIB:.2f} GiB in any configuration")
+                              f"{limit / GiB:.2f} GiB in any configuration")
     return result
 
 
@@ -163,14 +140,14 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
         samples = global_batch / t if t else None
         rows.append({
             "family": source.family, "model": prof.model, "global_batch": global_batch,
-            "num_stages": num_stages, "memory_limit_gib": round(limit / GIB, 3), "system": name,
+            "num_stages": num_stages, "memory_limit_gib": round(limit / GiB, 3), "system": name,
             "fits": fits, "iteration_s": t, "samples_per_s": samples,
             "tokens_per_s": samples * prof.seq_len * prof.micro_batch if samples else None,
             "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
             "ceiling_vs_dapple_plus": t_plus / evs["dapple"].makespan if t_plus and "dapple" in evs else None,
             "paper_speedup_low": paper[0] if name == "obscura" else None,
             "paper_speedup_high": paper[1] if name == "obscura" else None,
-            "max_stage_peak_gib": max(ev.peaks) / GIB if ev is not None else None,
+            "max_stage_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
             "obscura_schedule": result.plan.schedule if result is not None else "infeasible",
             "obscura_adjusted": " ".join(map(str, result.plan.adjusted_stages)) if result is not None else "",
             "obscura_source": result.source if result is not None else "",
@@ -191,9 +168,9 @@ def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_
         for s in range(num_stages):
             w, a, k = ev.costs.weight_bytes[s], ev.activation_bytes[s], ev.working_bytes[s]
             rows.append({"model": prof.model, "global_batch": global_batch, "system": name, "stage": s,
-                         "units": "%d-%d" % ev.config.partition[s], "weights_gib": w / GIB,
-                         "activations_gib": a / GIB, "working_gib": k / GIB, "peak_gib": ev.peaks[s] / GIB,
-                         "memory_limit_gib": limit / GIB, "usable_gib": ev.memory_limit / GIB,
+                         "units": "%d-%d" % ev.config.partition[s], "weights_gib": w / GiB,
+                         "activations_gib": a / GiB, "working_gib": k / GiB, "peak_gib": ev.peaks[s] / GiB,
+                         "memory_limit_gib": limit / GiB, "usable_gib": ev.memory_limit / GiB,
                          "fits": ev.peaks[s] <= ev.memory_limit,
                          "recompute": " ".join(sorted(ev.config.recompute[s])) or "-",
                          "swap_blocks": ev.config.swap_blocks[s], "profile": source.label})
@@ -231,7 +208,7 @@ def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, nu
     search's own best (`searched`), even where the planner would hand out a
     faster baseline instead (column plan_source says which)."""
     if run not in ABLATION_RUNS:
-        raise ValueError(f"unknown ablation run {run!r} (known: {', '.join(ABLATION_RUNS)})")
+        raise PlanError(f"unknown ablation run {run!r} (known: {', '.join(ABLATION_RUNS)})")
     labels = dict(ABLATION_STEPS)
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
@@ -260,7 +237,7 @@ def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, nu
                      "order": order_kind(ev) if ev is not None else "",
                      "adjusted": " ".join(map(str, ev.config.adjusted)) if ev is not None else "",
                      "partition": " ".join("%d-%d" % u for u in ev.config.partition) if ev is not None else "",
-                     "plan_source": plan_source, "memory_limit_gib": limit / GIB, "profile": source.label})
+                     "plan_source": plan_source, "memory_limit_gib": limit / GiB, "profile": source.label})
     return rows
 
 
@@ -268,7 +245,6 @@ def order_kind(ev) -> str:
     """Which F/B order a configuration runs: '1f1b', the generators' own
     'strawman' or 'recomp' order, or 'relaxed' (Obscura's dependency relaxation);
     swap actions are ignored."""
-    from schedules import Kind, generate
     cfg = ev.config
     if not cfg.adjusted:
         return "1f1b"
@@ -287,142 +263,37 @@ def run_tasks(fn: Callable[..., list[dict]], tasks: Sequence[tuple], jobs: int =
     jobs = max(1, min(jobs, len(tasks)))
     if jobs == 1:
         return [row for t in tasks for row in fn(*t)]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
         parts = list(ex.map(fn, *zip(*tasks)))
     return [row for part in parts for row in part]
 
 
-def write_csv(path, rows: Sequence[dict]) -> Path:
-    """CSV of `rows` (columns: every key, first-seen order; None -> empty)."""
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows({k: _cell(r.get(k)) for k in fields} for r in rows)
-    return _atomic(Path(path), write)
-
-
-def _atomic(path: Path, write: Callable[[str], None]) -> Path:
-    """write(temporary name) beside `path`, then rename it over `path`, so an
-    existing file is never half-written; permissions as a plain open() would give
-    (mkstemp makes files private)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+@dataclass(frozen=True)
+class Fig5Row:
+    config: str
+    makespan: float
+    overhead_pct: float            # makespan vs no recompute (stage 0 finishes last)
+    paper_pct: float | None
+    stage0_recompute: float        # recompute work on stage 0
+    stage0_idle: float             # all idle time of stage 0 (bubbles + start/drain)
+    stage0_forward_bubble: float
+    stage0_backward_bubble: float
+    stage0_peak_inflight: int
 
 
-def _cell(v):
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return v
-
-
-def new_figure(nrows: int, ncols: int, size: tuple[float, float]):
-    """(Figure, 2-D array of axes), headless, no pyplot state."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=size)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source]) -> Path:
-    """Title on top, 'simulated from <source>' at the bottom (red unless every
-    source is a measured profile without cautions); returns the PNG's path."""
-    sources = list(sources)
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    color = "black" if all(s.measured and not s.caution for s in sources) else "#B00020"
-    fig.text(0.01, 0.005, source_text(sources), fontsize=6.5, ha="left", va="bottom", color=color, wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    return _atomic(Path(out_dir) / f"{stem}.png", lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-
-
-def add_common_args(ap, default_sizes: str, default_batches: str, families: str = "llama2,gpt3") -> None:
-    ap.add_argument("--out", default="results/figures", help="output folder (default results/figures)")
-    ap.add_argument("--profile-dir", default="results/h200",
-                    help="folder with profile_<family>-13b.json (default results/h200); "
-                         "missing files fall back to an analytic profile, labelled as such")
-    ap.add_argument("--analytic", metavar="DEVICE", default=None,
-                    help="ignore measured profiles and use the analytic one for DEVICE (H200, A100-80GB)")
-    ap.add_argument("--families", default=families, help=f"model families (default {families})")
-    ap.add_argument("--sizes", default=default_sizes, help=f"model sizes (default {default_sizes})")
-    ap.add_argument("--batches", default=default_batches, help=f"global batch sizes (default {default_batches})")
-    ap.add_argument("--memory-limit", default=PAPER_LIMIT, help=f"per-GPU limit (default {PAPER_LIMIT}, the paper's A100)")
-    ap.add_argument("--reserve", default="0", metavar="SIZE",
-                    help="keep this much of the limit free for what the memory model does not count (default 0)")
-    ap.add_argument("--stages", type=int, default=NUM_STAGES, help=f"pipeline stages p (default {NUM_STAGES})")
-    ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="planning processes (default: CPU count, max 4)")
-
-
-def _parse_list(text: str, what: str, known: Iterable[str] | None = None) -> list[str]:
-    items = [t.strip().lower() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if known is not None and t not in known]
-    if not items or bad:
-        raise ValueError(f"--{what} is empty" if not items else
-                         f"unknown {what} {bad[0]!r} (known: {', '.join(known)})")
-    return items
-
-
-def common_inputs(args) -> tuple[list[str], list[str], list[int]]:
-    """(families, sizes, batches) from add_common_args' options, every option
-    checked before any planning starts."""
-    batches = _parse_list(args.batches, "batches")
-    for t in batches:
-        if not t.isdigit() or int(t) < 1:
-            raise ValueError(f"global batch {t!r} is not a positive integer")
-    parse_memory_limit(args.memory_limit)
-    if str(args.reserve) != "0":
-        parse_memory_limit(args.reserve)
-    for what, v in (("stages", args.stages), ("jobs", args.jobs)):
-        if v < 1:
-            raise ValueError(f"--{what} must be >= 1, got {v}")
-    return (_parse_list(args.families, "families", FAMILIES), _parse_list(args.sizes, "sizes", SIZES),
-            [int(t) for t in batches])
-
-
-def cli_main(prog: str, body: Callable[[], int]) -> int:
-    """Run a script's body; bad input becomes one line `<prog>: error: ...`, exit 2."""
-    try:
-        return body()
-    except (ValueError, OSError, KeyError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"{prog}: error: {msg}", file=sys.stderr)
-        return 2
-
-
-def per_case_figure(prog: str, args, row_fn: Callable[..., list[dict]], draw, table) -> int:
-    """The body shared by per-(model, batch) figures (Figs. 13, 14): plan every
-    case, write <prog>.csv, draw, print one table per case."""
-    def body() -> int:
-        families, sizes, batches = common_inputs(args)
-        sources = [load_source(f, args.profile_dir, args.analytic) for f in families]
-        tasks = [(src, size, b, args.memory_limit, args.stages, args.reserve)
-                 for src in sources for size in sizes for b in batches]
-        rows = run_tasks(row_fn, tasks, args.jobs)
-        csv_path = write_csv(f"{args.out}/{prog}.csv", rows)
-        cases = list(dict.fromkeys((r["model"], r["global_batch"]) for r in rows))
-        png = draw(rows, sources, cases, args.out)
-        print(source_text(sources))
-        for model, batch in cases:
-            print("\n".join(table(rows, model, batch)))
-        print(f"wrote {png}\nwrote {csv_path}")
-        return 0
-
-    return cli_main(prog, body)
+def fig05_rows(p: int = 4, m: int = 8, fwd: float = 1.0, bwd: float = 2.0, recompute: float = 1.0):
+    """Fig. 5: recompute overhead at stage 0 for the paper's configurations
+    (planner.paper.FIG5_CONFIGS), simulated under uniform costs f, b, r (full
+    recompute). Returns (rows, timelines by configuration)."""
+    costs = StageCosts.uniform(p, fwd, bwd, recompute)
+    timelines, rows = {}, []
+    base = None
+    for label, name, adjusted in FIG5_CONFIGS:
+        tl = simulate(generate(name, p, m, adjusted=adjusted, costs=costs), costs)
+        timelines[label] = tl
+        base = tl.makespan if base is None else base
+        st = tl.stages[0]
+        rows.append(Fig5Row(label, tl.makespan, 100.0 * (tl.makespan - base) / base, FIG5_PAPER.get(label),
+                            st.recompute, st.idle, st.forward_bubble, st.backward_bubble,
+                            st.peak_inflight_microbatches))
+    return rows, timelines

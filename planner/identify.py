@@ -9,45 +9,25 @@ the last one that does not fit is adjusted.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from models.registry import get_family
 from planner.costs import kept_bytes, weight_bytes, working_bytes
 from planner.errors import PlanError
 from planner.memory_model import warmup_1f1b
 from planner.profile import Profile
 from planner.residuals import UnitKept
-
-_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+from schedules.sizes import parse_bytes
 
 
 def parse_memory_limit(value) -> int:
     """Bytes from an int/float or a string like '85899345920', '80GiB', '85.9GB',
-    '512MiB' (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB). Rounds down."""
-    if isinstance(value, bool):
-        raise PlanError(f"memory limit must be a size, got {value!r}")
-    if isinstance(value, (int, float)):
-        num, unit = float(value), ""
-    else:
-        m = _SIZE_RE.match(str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise PlanError(f"memory limit {value!r} is not a size (give bytes, or e.g. 80GiB, 85.9GB)")
-        num, unit = float(m.group(1)), m.group(2).lower()
-    limit = int(num * _UNITS[unit])
-    if not num > 0 or limit < 1:
+    '512MiB' (schedules.sizes.parse_bytes). Rounds down."""
+    limit = int(parse_bytes(value, "memory limit", error=PlanError))
+    if limit < 1:
         raise PlanError(f"memory limit must be > 0 bytes, got {value!r}")
     return limit
-
-
-def format_bytes(n: float) -> str:
-    """'80.00 GiB'-style text for people."""
-    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def stage_peak_1f1b(profile: Profile, units: tuple[int, int], stage: int, num_stages: int,
@@ -80,9 +60,12 @@ class Identification:
 
 
 def cmb_set(profile: Profile) -> frozenset[str]:
-    from models.ops import preset_ops
+    """The family's `cmb` preset (empty when its family registers none) among the
+    profile's ops."""
+    family = get_family(profile.family)
     present = set(profile.op_names)
-    return frozenset(o for o in preset_ops("cmb", profile.family) if o in present)
+    cmb = family.preset("cmb") if "cmb" in family.preset_names else frozenset()
+    return frozenset(o for o in cmb if o in present)
 
 
 def non_adjusted_set(profile: Profile, units: tuple[int, int], stage: int, num_stages: int,

@@ -1,5 +1,12 @@
 """Per-stage memory M_s = W_s + A_s (spec section 5), for 1F1B, Recomp-N, the
-strawman and Obscura.
+strawman and Obscura, in closed form: TEST ORACLES. The planner takes every stage
+peak from the one accounting, the simulated timeline's (schedules.memory:
+`StageStats.peak_held_bytes`); the forms here stay so tests can hold that
+accounting against the paper's formulas. Two counts have other users, neither a
+stage peak: `resident_blocks`, which the recompute IP takes as its input c_s
+(needed before the recompute sets are chosen and the schedule can be simulated),
+and `warmup_1f1b`, the p - s of the paper's Step 1 rule in planner.identify
+(which stages must recompute at all).
 
 Two forms, which tests hold against each other and against the simulator (the
 judge when they differ):
@@ -85,14 +92,14 @@ def resident_blocks(schedule: Schedule, stage: int, beta: float | None = None) -
 
 def activation_peaks(schedule: Schedule, costs: StageCosts) -> tuple[float, ...]:
     """A_s from the action order: resident blocks x bytes one micro-batch keeps
-    (act_bytes_recompute on stages whose row recomputes)."""
+    (act_bytes_recompute on stages whose row recomputes). Test oracle."""
     return tuple(resident_blocks(schedule, s) * costs.kept_bytes(s, schedule.stages[s].adjusted)
                  for s in range(schedule.num_stages))
 
 
 def stage_peaks(schedule: Schedule, costs: StageCosts,
                 working: Sequence[float] | None = None) -> tuple[float, ...]:
-    """M_s = W_s + A_s (+ the rematerialisation working set, when given)."""
+    """M_s = W_s + A_s (+ the rematerialisation working set, when given). Test oracle."""
     acts = activation_peaks(schedule, costs)
     work = working or (0.0,) * len(acts)
     return tuple(costs.weight_bytes[s] + acts[s] + work[s] for s in range(len(acts)))
@@ -136,7 +143,8 @@ def inbox_peaks(timeline, costs: StageCosts) -> tuple[float, ...]:
     plus what waits in the stage's inbox, counted as the engine's ledger counts it:
     the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x), and
     the gradient of B(s, x) from the start of B(s+1, x) to the start of B(s, x)
-    (boundary_bytes each). At equal times frees come first."""
+    (boundary_bytes each). At equal times frees come first. Test oracle of
+    `StageStats.peak_held_bytes` (schedules.memory), which the planner uses."""
     p = costs.num_stages
     start = {(o.stage, o.kind, o.microbatch): o.start for o in timeline.ops}
     mbs = sorted({o.microbatch for o in timeline.ops})

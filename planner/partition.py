@@ -10,16 +10,18 @@ Stages stay contiguous unit ranges: a move shifts every boundary between source
 and destination by one unit (planner.costs.move_unit). After each move the
 recompute IP is solved again for the new stages (memory changed) and the stages
 after k re-check that 1F1B fits (with CMB when allowed); T-hat comes from the time
-model with the new per-stage costs. The simulator judges the result afterwards.
+model in closed form (planner.time_model.predict_closed_form) with the new per-stage
+costs. The simulator judges the result afterwards.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from planner.costs import Partition, move_unit, stage_costs
 from planner.identify import non_adjusted_set
 from planner.recompute_ip import RecomputeSolution
 from planner.search import Config, Setting, obscura_config
-from planner.time_model import TimePrediction, predict
+from planner.time_model import TimePrediction, predict_closed_form
 from schedules import StageCosts
 
 
@@ -59,8 +61,8 @@ def plan_step(setting: Setting, partition: Partition, k: int, lam_k: int | None,
         return None
     config, sol = found
     costs = stage_costs(setting.profile, partition, config.recompute, unit_kept=setting.unit_kept)
-    pred = predict(costs, setting.num_microbatches, k, config.swap_blocks, config.beta,
-                   recompute_stages=[s for s in range(len(partition)) if config.recompute[s]])
+    pred = predict_closed_form(costs, setting.num_microbatches, k, config.swap_blocks, config.beta,
+                               recompute_stages=[s for s in range(len(partition)) if config.recompute[s]])
     return PartitionStep(partition, config, sol, costs, pred)
 
 

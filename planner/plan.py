@@ -13,6 +13,8 @@ Planning (spec section 8), all on one profile:
    simulates faster than the searched configuration, the plan is that baseline
    (PlanResult.source says which; with realistic profiles the search wins).
 If no configuration fits, InfeasibleError names the smallest limit that would.
+A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
+seq_len, micro_batch, dtypes, device, profile file and sha256).
 """
 from __future__ import annotations
 
@@ -21,17 +23,20 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+import models
 from planner.baselines import BASELINES, evaluate_baselines, minimum_memory
 from planner.costs import Partition, check_partition, weight_bytes
 from planner.errors import InfeasibleError, PlanError
-from planner.identify import format_bytes, identify, parse_memory_limit
+from planner.identify import identify, parse_memory_limit
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
+from planner.plan_meta import PlanSource, source_from_json
 from planner.profile import Profile
 from planner.residuals import exact_unit_kept
-from planner.search import (Config, Evaluation, Setting, best_obscura, evaluate, rank, recompute_names,
+from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
 from schedules import SCHEDULES, Action, Schedule, StageSpec, generate, validate
-from schedules.jsonio import read_json, write_json_atomic
+from schedules.jsonio import load_document, write_json_atomic
+from schedules.sizes import format_bytes
 
 PLAN_FORMAT = "obscura-plan/1"
 
@@ -85,6 +90,7 @@ class Plan:
     stages: tuple[StagePlan, ...]
     predicted_iteration_time: float
     baselines: tuple[tuple[str, float | None], ...] = ()
+    source: PlanSource | None = None      # None: a plan written before plans recorded it
 
     def __post_init__(self) -> None:
         for name in ("num_stages", "num_microbatches", "memory_limit"):
@@ -108,6 +114,8 @@ class Plan:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
                 raise PlanError(f"plan baseline {name!r} must be a number or null, got {v!r}")
         object.__setattr__(self, "baselines", base)
+        if self.source is not None and not isinstance(self.source, PlanSource):
+            raise PlanError(f"plan source must be a PlanSource, got {type(self.source).__name__}")
 
     @property
     def partition(self) -> Partition:
@@ -130,7 +138,8 @@ class Plan:
         return dict(self.baselines).get(name)
 
     def to_json(self) -> dict:
-        return {"format": PLAN_FORMAT, "num_stages": self.num_stages,
+        return {"format": PLAN_FORMAT, **(self.source.to_json() if self.source else {}),
+                "num_stages": self.num_stages,
                 "num_microbatches": self.num_microbatches, "memory_limit": self.memory_limit,
                 "schedule": self.schedule,
                 "stages": [{"units": list(st.units), "adjusted": st.adjusted, "recompute": list(st.recompute),
@@ -176,15 +185,11 @@ def plan_from_json(d: Any) -> Plan:
         except PlanError as e:
             raise PlanError(f"plan stage {s}: {e}") from None
     return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
-                d["predicted_iteration_time"], tuple(d["baselines"].items()))
+                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d))
 
 
 def load_plan(path) -> Plan:
-    d = read_json(path, "plan")
-    try:
-        return plan_from_json(d)
-    except PlanError as e:
-        raise PlanError(f"plan {path}: {e}") from None
+    return load_document(path, "plan", plan_from_json)
 
 
 def save_plan(plan: Plan, path) -> None:
@@ -248,12 +253,12 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
-                exact_residuals: bool = True, reserve=0) -> PlanResult:
+                exact_residuals: bool = True, reserve=0, profile_path=None) -> PlanResult:
     """Everything `make_plan` does, with the intermediate results kept. `reserve`
     (bytes or a size string) is held back from the limit for what the model does
-    not count (XLA scratch buffers, allocator fragmentation)."""
-    import models
-
+    not count (XLA scratch buffers, allocator fragmentation). `profile_path`: the
+    file the profile was read from (its name and sha256 go into the plan).
+    Long: the five planning steps in order, each reading the last's result."""
     start = time.perf_counter()
     limit = parse_memory_limit(memory_limit)
     for what, v in (("number of stages", num_stages), ("number of micro-batches", num_microbatches)):
@@ -264,7 +269,8 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     p, m = num_stages, num_microbatches
     held = parse_memory_limit(reserve) if reserve not in (0, None, "0") else 0
     if held >= limit:
-        raise PlanError(f"reserve {format_bytes(held)} leaves nothing of the {format_bytes(limit)} limit")
+        raise PlanError(f"reserve {format_bytes(held, 2)} leaves nothing of the "
+                        f"{format_bytes(limit, 2)} limit")
     usable = limit - held
     even = check_partition(models.even_partition(profile.num_units, p), profile.num_units)
     setting = Setting(profile, m, usable, exact_unit_kept(profile) if exact_residuals else None)
@@ -274,14 +280,14 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
         s = max(range(p), key=lambda i: weights[i])
         need, _ = minimum_memory(setting, even, cmb, swap)
         raise InfeasibleError(
-            f"memory limit {format_bytes(limit)} ({limit} bytes) is below stage {s}'s weights "
-            f"{format_bytes(weights[s])}; the smallest feasible limit is {_limit_text(need + held)}",
+            f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below stage {s}'s weights "
+            f"{format_bytes(weights[s], 2)}; the smallest feasible limit is {_limit_text(need + held)}",
             _round_up(need + held))
 
     ident = identify(profile, even, m, usable, cmb, setting.unit_kept)
     k, best = ident.last_adjusted, None
     if k < 0:
-        best = evaluate(setting, Config("1f1b", even, (), ident.recompute, (0,) * p))
+        best = simulate_config(setting, Config("1f1b", even, (), ident.recompute, (0,) * p))
         if not best.fits:  # what waits in an inbox tipped it over: adjust stage 0 onwards
             best, k = None, 0
     if best is None:
@@ -295,7 +301,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
         if floor is None or not floor.fits:
             what = "whole-unit recompute" + (" and the most swapping" if swap else "")
             raise InfeasibleError(
-                f"memory limit {format_bytes(limit)} ({limit} bytes) is below what {what} needs; "
+                f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what {what} needs; "
                 f"the smallest feasible limit is {_limit_text(need + held)}", _round_up(need + held))
         best = floor  # the search's grid missed it; the memory floor itself fits
         k = max(best.config.adjusted, default=-1)
@@ -315,20 +321,23 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
         ev = baselines[name]
         if ev.fits and rank(ev) < rank(best):
             best, source = ev, name
-    plan = _to_plan(best, m, limit, baselines, profile.op_names)
+    plan = replace(_to_plan(best, m, limit, baselines, profile.op_names),
+                   source=PlanSource.of_profile(profile, profile_path))
     return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
                       time.perf_counter() - start, searched, source)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,
-              swap: bool = True, partition: bool = True, ip: bool = True, reserve=0) -> Plan:
+              swap: bool = True, partition: bool = True, ip: bool = True, reserve=0,
+              profile_path=None) -> Plan:
     """A plan for `profile` on `num_stages` stages and `num_microbatches`
     micro-batches under `memory_limit` (bytes or e.g. "80GiB"). `cmb`: CMB-Identifying;
     `swap`: swapping-aware recompute's swap grid; `partition`: Algorithm 1; `ip`:
     per-op recompute choice (off: whole-unit recompute on adjusted stages);
-    `reserve`: bytes of the limit kept free for what the model does not count."""
+    `reserve`: bytes of the limit kept free for what the model does not count;
+    `profile_path`: the profile's file, recorded in the plan."""
     return plan_search(profile, num_stages, num_microbatches, memory_limit, cmb=cmb, swap=swap,
-                       partition=partition, ip=ip, reserve=reserve).plan
+                       partition=partition, ip=ip, reserve=reserve, profile_path=profile_path).plan
 
 
 def _round_up(need: float) -> int:
@@ -339,4 +348,4 @@ def _round_up(need: float) -> int:
 
 def _limit_text(need: float) -> str:
     b = _round_up(need)
-    return f"{format_bytes(b)} ({b} bytes)"
+    return f"{format_bytes(b, 2)} ({b} bytes)"

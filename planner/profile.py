@@ -24,11 +24,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from models.config import CONFIGS
+from models.errors import ObscuraError
+from models.registry import UNIT_KINDS, family_names, ops_for
 from planner.errors import ProfileError
-from schedules.jsonio import read_json, write_json_atomic
+from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
-UNIT_KINDS = ("embed", "attn", "mlp", "head")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 
 
@@ -127,20 +129,24 @@ class UnitProfile:
 
 def family_of(model: str) -> str:
     """Model family of a profile's `model` name: the registered config's family, or
-    by prefix for models we do not register (profiles from other tools)."""
-    from models.config import CONFIGS
+    by prefix (a registered family's name) for models not registered (profiles from
+    other tools, derived ones like "llama2-13b@60L")."""
     if model in CONFIGS:
         return CONFIGS[model].family
-    for family in ("llama", "gpt"):
-        if model.lower().startswith(family):
+    for family in sorted(family_names(), key=len, reverse=True):
+        if model.lower().startswith(family.lower()):
             return family
-    raise ProfileError(f"cannot tell the model family of {model!r}: use a registered model name "
-                       f"or one starting with 'llama' or 'gpt'")
+    raise ProfileError(f"cannot tell the model family of {model!r}: use a registered model name or one "
+                       f"starting with a registered family's name ({', '.join(family_names())}); "
+                       "a model of your own is registered by its module (--model-module)")
 
 
 def family_ops(family: str) -> frozenset[str]:
-    import models
-    return frozenset(models.ops_for(family))
+    """The op vocabulary of a registered family (a ProfileError if it is not registered)."""
+    try:
+        return frozenset(ops_for(family))
+    except ObscuraError as e:
+        raise ProfileError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -277,11 +283,7 @@ def profile_from_json(d: Any) -> Profile:
 
 
 def load_profile(path) -> Profile:
-    d = read_json(path, "profile")
-    try:
-        return profile_from_json(d)
-    except ProfileError as e:
-        raise ProfileError(f"profile {path}: {e}") from None
+    return load_document(path, "profile", profile_from_json)
 
 
 def save_profile(profile: Profile, path) -> None:
@@ -299,7 +301,6 @@ def derive_profile(profile: Profile, num_layers: int, model: str | None = None) 
 
 
 def _same_shape(model: str, num_layers: int) -> str:
-    from models.config import CONFIGS
     if model in CONFIGS:
         cfg = CONFIGS[model]
         for name, other in CONFIGS.items():

@@ -1,12 +1,13 @@
 """Measure a profile (obscura-profile/1) on the current JAX device.
 
-Per unit kind (embed, attn, mlp, head) the profiler builds the engine's own stage
-program (obscura_jax.engine.build_program: the same jitted forward/backward
-split, the same residuals) for a single unit and measures:
+Per unit kind (embed, attn, mlp, head) the profiler has the caller's `time_unit`
+time the engine's own stage program for a single unit (obscura_jax.measure.
+time_unit_program, passed in by `obscura profile`: the same jitted forward/backward
+split, the same residuals; the planner never imports the engine) and measures:
 
 - fwd_time, bwd_time: forward and backward with every named op saved (policy
-  `none`), median of `reps` timed runs after a warm-up run, each blocking
-  (obscura_jax.measure.time_stage);
+  `none`), as `time_unit` times them (the engine's: steady state, the median of
+  `reps` samples of back-to-back runs on random data);
 - weight_bytes: params + grads (same shapes) + the optax adamw state;
 - input_bytes: the residual bytes when everything is recomputed (`full`): the
   unit's input (and the head's targets);
@@ -35,16 +36,36 @@ defaults below are written and `notes` says so.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
+import jax
+import jax.numpy as jnp
+
+import models
+from models.info import check_sizes, unit_residuals
+from models.stage import unit_apply_fn
+from planner.analytic import training_state_bytes
+from planner.errors import ProfileError
 from planner.profile import OpProfile, Profile, UnitProfile
+from planner.stopwatch import median_time
 
 DEFAULT_HOST_BANDWIDTH = 5.3e10   # H200 pinned host copies (device-notes.md)
 DEFAULT_P2P_BANDWIDTH = 2.0e11
 DEFAULT_P2P_LATENCY = 1e-5
+
+
+class UnitTiming(Protocol):
+    """What `time_unit` reports for one unit's compiled program."""
+    fwd: float
+    bwd: float
+    residual_bytes: int
+    temp_bytes: int
+
+
+# time_unit(cfg, unit_range, policy, device, params, x, targets, reps) -> UnitTiming
+TimeUnit = Callable[..., UnitTiming]
 
 
 @dataclass
@@ -61,8 +82,6 @@ def _unit_range(cfg, kind: str) -> tuple[int, int]:
 
 
 def _inputs(cfg, kind: str, seq_len: int, micro_batch: int, device):
-    import jax
-    import jax.numpy as jnp
     key = jax.random.key(1)
     tokens = jax.random.randint(key, (micro_batch, seq_len), 0, cfg.vocab_size, jnp.int32)
     targets = jax.random.randint(jax.random.fold_in(key, 1), (micro_batch, seq_len), 0, cfg.vocab_size,
@@ -74,20 +93,12 @@ def _inputs(cfg, kind: str, seq_len: int, micro_batch: int, device):
     return put(x), (put(targets) if kind == "head" else None)
 
 
-def _tree_bytes(tree) -> int:
-    import jax
-    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
-
-
 def _backward_program(cfg, kind: str, policy, params, x, targets):
     """The unit's backward under `policy`, compiled on its own: the forward runs
     eagerly (jax.vjp outside jit) and only the pullback is jitted, as in the
     engine, where forward and backward are separate programs. (Forward and
     backward in ONE program measured no recompute at all on the H200: XLA reuses
     the forward's values instead of recomputing them.)"""
-    import jax
-    import jax.numpy as jnp
-    from models.stage import unit_apply_fn
     f = unit_apply_fn(cfg, kind, policy)
     if kind == "embed":
         y, pullback = jax.vjp(lambda q: f(q, x), params)
@@ -100,35 +111,26 @@ def _backward_program(cfg, kind: str, policy, params, x, targets):
     return lambda: jax.block_until_ready(compiled(pullback, dy))
 
 
-def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Sequence[str] | None = None,
-                  device=None, host_bandwidth: float | None = None, p2p_bandwidth: float | None = None,
-                  p2p_latency: float | None = None,
+def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, reps: int = 5,
+                  ops: Sequence[str] | None = None, device=None, host_bandwidth: float | None = None,
+                  p2p_bandwidth: float | None = None, p2p_latency: float | None = None,
                   progress: Callable[[str], None] | None = None) -> ProfileRun:
     """Measure `cfg` (a models.ModelConfig) at (seq_len, micro_batch) on `device`
-    (default: the first JAX device)."""
-    import jax
-    import optax
-
-    import models
-    from models.info import check_sizes, unit_residuals
-    from obscura_jax.data import BatchShape
-    from obscura_jax.engine import build_program
-    from obscura_jax.measure import time_stage
-
+    (default: the first JAX device); `time_unit` times one unit's engine program.
+    Long: one pass per unit kind, kept together so the telescoping reads top-down."""
     check_sizes(cfg, seq_len, micro_batch)
     if cfg.tie_embeddings:
-        raise ValueError(f"{cfg.name} ties its embeddings: profile it with tie_embeddings=False")
+        raise ProfileError(f"{cfg.name} ties its embeddings: profile it with tie_embeddings=False")
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
-        raise ValueError(f"--reps must be a positive integer, got {reps!r}")
+        raise ProfileError(f"--reps must be a positive integer, got {reps!r}")
     vocab = models.ops_for(cfg.family)
     offered = set(vocab) if ops is None else set(ops)
     unknown = sorted(offered - set(vocab))
     if unknown:
-        raise ValueError(f"unknown op(s) {', '.join(unknown)} for the {cfg.family} family "
-                         f"(known: {', '.join(vocab)})")
+        raise ProfileError(f"unknown op(s) {', '.join(unknown)} for the {cfg.family} family "
+                           f"(known: {', '.join(vocab)})")
     device = device or jax.devices()[0]
     say = progress or (lambda msg: None)
-    shape = BatchShape(1, micro_batch, seq_len)
     run = ProfileRun(profile=None)  # type: ignore[arg-type]
     start = time.perf_counter()
     units = {}
@@ -142,14 +144,13 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Se
             run.residuals[(kind, j)] = size
         params = jax.device_put(models.init_params(cfg, 0, unit_range), device)
         x, targets = _inputs(cfg, kind, seq_len, micro_batch, device)
-        base = build_program(cfg, unit_range, policies[-1], device, shape)
-        timing = time_stage(base, params, x, targets, reps)
-        scratch = getattr(base, "temp_bytes", 0)
-        if scratch:
-            run.notes.append(f"{kind}: XLA scratch {scratch} B per program, not in the profile format "
-                             f"(the planner does not count it: keep it free with `obscura plan --reserve`)")
-        if base.residual_bytes != sizes[-1]:
-            run.notes.append(f"{kind}: engine residual {base.residual_bytes} B != traced {sizes[-1]} B")
+        timing = time_unit(cfg, unit_range, policies[-1], device, params, x, targets, reps)
+        if timing.temp_bytes:
+            run.notes.append(f"{kind}: XLA scratch {timing.temp_bytes} B per program, not in the profile "
+                             f"format (the planner does not count it: keep it free with `obscura plan "
+                             f"--reserve`)")
+        if timing.residual_bytes != sizes[-1]:
+            run.notes.append(f"{kind}: engine residual {timing.residual_bytes} B != traced {sizes[-1]} B")
         # Time the backward only where saving one more op changes the residuals:
         # equal residuals mean the same backward, so its recompute time is credited
         # to the next op that does change them.
@@ -171,12 +172,11 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, reps: int = 5, ops: Se
                 t = max(bwd_time[prev] - bwd_time[i + 1], 0.0)
                 prev = i + 1
             op_prof[op] = OpProfile(t, float(max(grew, 0)))
-        optimizer = _tree_bytes(jax.eval_shape(optax.adamw(1e-3).init, params))
         # With every op offered the last telescoped set IS `full`: the summed per-op
         # times are its measured cost (often well under the unit's forward).
         full = sum(o.fwd_time for o in op_prof.values()) if ops is None else None
         units[kind] = UnitProfile(fwd_time=timing.fwd, bwd_time=timing.bwd,
-                                  weight_bytes=float(2 * _tree_bytes(params) + optimizer),
+                                  weight_bytes=float(training_state_bytes(params)),
                                   input_bytes=float(sizes[0]), ops=op_prof, full_recompute_time=full)
         say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
             f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed)")
@@ -207,41 +207,29 @@ def _round_robin_min(programs: dict, rounds: int) -> dict:
     return best
 
 
-def _median_time(fn, reps: int) -> float:
-    fn()
-    samples = []
-    for _ in range(max(reps, 3)):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
 def _bandwidths(cfg, seq_len: int, micro_batch: int, device, reps: int, notes: list[str]
                 ) -> tuple[float, float, float]:
     """(host, p2p bandwidth, p2p latency), timed with device_put where possible."""
-    import jax
-    import jax.numpy as jnp
-    nbytes = micro_batch * seq_len * cfg.hidden * jnp.dtype(cfg.compute_dtype).itemsize
+    nbytes = micro_batch * seq_len * cfg.hidden * cfg.compute_bytes
     n = max(nbytes, 16 << 20) // 4
     x = jax.device_put(jnp.ones((n,), jnp.float32), device)
     size = n * 4
     host = DEFAULT_HOST_BANDWIDTH
     try:
         kinds = {m.kind for m in device.addressable_memories()}
-    except Exception:
+    except Exception:  # backends without memory kinds: no pinned host to time
         kinds = set()
     if "pinned_host" in kinds:
         sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-        host = size / _median_time(lambda: jax.block_until_ready(jax.device_put(x, sharding)), reps)
+        host = size / median_time(lambda: jax.device_put(x, sharding), max(reps, 3))
     else:
         notes.append(f"no pinned_host memory on {device.platform}: host_bandwidth assumed {host:.3g} B/s")
     others = [d for d in jax.devices() if d != device and d.platform == device.platform]
     if others:
         other = others[0]
-        bw = size / _median_time(lambda: jax.block_until_ready(jax.device_put(x, other)), reps)
+        bw = size / median_time(lambda: jax.device_put(x, other), max(reps, 3))
         tiny = jax.device_put(jnp.ones((1,), jnp.float32), device)
-        lat = _median_time(lambda: jax.block_until_ready(jax.device_put(tiny, other)), reps)
+        lat = median_time(lambda: jax.device_put(tiny, other), max(reps, 3))
         return host, bw, lat
     notes.append(f"one {device.platform} device: p2p assumed {DEFAULT_P2P_BANDWIDTH:.3g} B/s, "
                  f"latency {DEFAULT_P2P_LATENCY:g} s")

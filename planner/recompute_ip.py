@@ -12,7 +12,7 @@ stage s = 0..k, which ops to recompute (x_{s,i} = 1) or the whole-unit preset
 
 and, among equally fast choices, the least total recompute time, then the fewest
 recomputed ops. `brute_force` solves the same problem by enumeration (the test
-oracle); `evaluate` scores any choice in floating point.
+oracle); `score_closed_form` scores any choice in floating point.
 
 Integer scaling (CP-SAT needs integers). Bytes are counted in quanta q =
 G / 2^31 (about 40 bytes at 80 GiB). Every byte amount that is *kept or stays resident* is
@@ -23,12 +23,13 @@ under-predicted. The hiding constraint likewise rounds the bytes moved up and th
 time that hides them down. Times are counted in quanta tau = (slowest stage step) /
 10^5 and rounded to the nearest quantum: they only rank choices, so a choice may be
 off the float optimum by at most a few tau (1e-5 of a step each), and every choice
-is re-scored in floats by `evaluate`.
+is re-scored in floats by `score_closed_form`.
 """
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -129,9 +130,11 @@ def stage_choice(st: StageProblem, recompute: frozenset[str], beta: float, host_
     return StageChoice(frozenset(recompute), r, kept, work, peak), ok
 
 
-def evaluate(problem: RecomputeProblem, sets: Sequence[frozenset[str]]
+def score_closed_form(problem: RecomputeProblem, sets: Sequence[frozenset[str]]
              ) -> tuple[bool, float, float, tuple[StageChoice, ...]]:
-    """(feasible, T_0, total recompute time, per-stage quantities) in floats."""
+    """(feasible, T_0, total recompute time, per-stage quantities) in floats, by the
+    paper's closed forms (planner.time_model, Eq. 2-3): the IP's own model. The
+    configuration it picks is then judged by the simulator (planner.search)."""
     p, m, k = problem.num_stages, problem.num_microbatches, problem.k
     choices, feasible = [], True
     for st, r in zip(problem.stages, sets):
@@ -147,7 +150,7 @@ def evaluate(problem: RecomputeProblem, sets: Sequence[frozenset[str]]
 
 
 def _key(problem, sets):
-    ok, t0, rsum, _ = evaluate(problem, sets)
+    ok, t0, rsum, _ = score_closed_form(problem, sets)
     nops = sum(len(problem.stages[s].ops) if FULL in r else len(r) for s, r in enumerate(sets))
     return ok, (t0, rsum, nops)
 
@@ -167,15 +170,14 @@ def brute_force(problem: RecomputeProblem) -> RecomputeSolution | None:
             best, best_key = sets, key
     if best is None:
         return None
-    _, t0, _, choices = evaluate(problem, best)
+    _, t0, _, choices = score_closed_form(problem, best)
     return RecomputeSolution(choices, t0, "BRUTE_FORCE")
 
 
 def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolution | None:
-    """Solve Eq. 4 with CP-SAT; None when no choice fits (e.g. memory too tight)."""
-    import time
-
-    from ortools.sat.python import cp_model
+    """Solve Eq. 4 with CP-SAT; None when no choice fits (e.g. memory too tight).
+    Long: one CP-SAT model, built variable by variable as Eq. 4 reads."""
+    from ortools.sat.python import cp_model  # lazy: ~0.5 s; `obscura train --plan` reads plans without it
 
     start = time.perf_counter()
     p, m, k = problem.num_stages, problem.num_microbatches, problem.k
@@ -272,7 +274,7 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
             sets.append(frozenset({FULL}))
         else:
             sets.append(frozenset(n for n, xi in zip(st.ops, x) if solver.Value(xi)))
-    ok, t0, _, choices = evaluate(problem, sets)
+    ok, t0, _, choices = score_closed_form(problem, sets)
     if not ok:  # the rounding above is conservative, so this would be a bug
         raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
     return RecomputeSolution(choices, t0, solver.StatusName(status), time.perf_counter() - start)

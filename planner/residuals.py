@@ -15,6 +15,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
+import models
+import models.info as info
+from models.errors import ObscuraError
 from planner.profile import FULL, UNIT_KINDS, Profile
 
 UnitKept = Callable[[str, frozenset], float]
@@ -26,8 +29,6 @@ def exact_unit_kept(profile: Profile) -> UnitKept | None:
     model is not registered or its bytes do not match the traced model (then the
     trace describes some other shape and cannot check this profile)."""
     try:
-        import models
-        import models.info as info
         cfg = models.get_config(profile.model)
         if profile.seq_len > cfg.max_seq_len:
             return None
@@ -43,11 +44,10 @@ def exact_unit_kept(profile: Profile) -> UnitKept | None:
             if not _close(traced(kind, frozenset()), unit.kept_bytes(())) or \
                     not _close(traced(kind, frozenset(models.unit_ops(cfg.family, kind))), unit.input_bytes):
                 return None
-    except ValueError:  # unknown model, unsupported shape: nothing to check against
+    except ObscuraError:  # unknown model, unsupported shape: nothing to check against
         return None
 
     def kept(kind: str, recompute: frozenset) -> float:
-        import models
         own = frozenset(models.unit_ops(profile.family, kind))
         ops = own if FULL in recompute else frozenset(recompute) & own
         return traced(kind, ops)

@@ -1,15 +1,14 @@
 """Configurations, their simulation, and the swapping-aware search on one partition.
 
 A `Config` is everything a plan fixes: generator, partition, transformed stages,
-per-stage recompute sets, per-stage swap blocks and beta. `evaluate` builds its
+per-stage recompute sets, per-stage swap blocks and beta. `simulate_config` builds its
 schedule, its StageCosts (planner.costs) and simulates it; the simulator is the
-judge of time and of activation memory. A stage's predicted peak is
-W_s + A_s + the rematerialisation working set, where A_s is the largest of the
-simulated activation peak, the count over the action order
-(planner.memory_model.activation_peaks) and the simulated peak with the inbox
-(activations and gradients received but not yet consumed, as the engine counts
-them), so a prediction is never the optimistic one. XLA's own scratch buffers
-are not modelled (keep headroom with `reserve`).
+judge of time and of memory. A stage's predicted peak is W_s + A_s + the
+rematerialisation working set, where A_s is the timeline's held peak
+(schedules.memory, the one accounting: residuals as the simulation times them plus
+the inbox, activations and gradients received but not yet consumed, as the engine
+counts them). XLA's own scratch buffers are not modelled (keep headroom with
+`reserve`).
 
 Swap grid (spec section 5, Eq. 4): lambda_k, the blocks the last adjusted stage
 evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
@@ -27,9 +26,10 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from planner.costs import Partition, stage_costs, stage_views, working_bytes
-from planner.memory_model import activation_peaks, inbox_peaks, resident_blocks
+from planner.identify import cmb_set
+from planner.memory_model import resident_blocks
 from planner.profile import FULL, Profile
-from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, evaluate as ip_evaluate, solve
+from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
 from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate, simulate
 from schedules.generators.common import assemble
@@ -157,14 +157,14 @@ def cap_options(num_stages: int, num_microbatches: int, k: int) -> list[tuple[in
     return out + ["strawman", "recomp"]
 
 
-def evaluate(setting: Setting, config: Config, solution: RecomputeSolution | None = None) -> Evaluation:
+def simulate_config(setting: Setting, config: Config, solution: RecomputeSolution | None = None) -> Evaluation:
+    """The configuration's schedule and StageCosts, simulated: the simulator's
+    makespan and peaks (with the counts above) judge it."""
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
     tl = simulate(sched, costs)
-    counted = activation_peaks(sched, costs)
-    waiting = inbox_peaks(tl, costs)
-    act = tuple(max(st.peak_activation_bytes, c, w) for st, c, w in zip(tl.stages, counted, waiting))
+    act = tuple(st.peak_held_bytes for st in tl.stages)
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
     return Evaluation(config, sched, costs, tl, act, work, peaks, setting.memory_limit, solution)
@@ -255,7 +255,7 @@ def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequen
         sol = solve(problem)
     else:  # relaxation only: whole-unit recompute on every adjusted stage
         sets = (frozenset({FULL}),) * (k + 1)
-        ok, t0, _, choices = ip_evaluate(problem, sets)
+        ok, t0, _, choices = score_closed_form(problem, sets)
         sol = RecomputeSolution(choices, t0, "FULL") if ok else None
     if sol is None:
         return None
@@ -295,7 +295,7 @@ def settle(setting: Setting, partition: Partition, k: int, fixed: Sequence[froze
         found = obscura_config(setting, partition, k, fixed, lam_k, beta, ip, slack, order, resident)
         if found is None:
             return None
-        ev = evaluate(setting, found[0], found[1])
+        ev = simulate_config(setting, found[0], found[1])
         if ev.fits:
             return ev
         over = [(s, ev.peaks[s] - setting.memory_limit) for s in range(p) if ev.peaks[s] > setting.memory_limit]
@@ -327,7 +327,6 @@ def order_guess(setting: Setting, k: int, fixed: Sequence[frozenset[str]]) -> tu
     """Recompute sets whose costs the order is generated under, before the IP has
     chosen: the CMB set on adjusted stages (cheap recompute, as most choices are),
     whole units when the family has none."""
-    from planner.identify import cmb_set
     cmb = cmb_set(setting.profile) or frozenset({FULL})
     return tuple(cmb if s <= k else frozenset(fixed[s]) for s in range(len(fixed)))
 

@@ -1,4 +1,16 @@
-"""The paper's iteration-time model (spec sections 5-6: Eq. 2-3, uneven Eq. 5-6).
+"""The paper's iteration-time model in closed form (spec sections 5-6: Eq. 2-3,
+uneven Eq. 5-6). It is NOT the judge: the simulator (schedules.simulate) is. The
+closed forms remain because they are fast and linear enough to define the recompute
+IP's search space (planner.recompute_ip) and Algorithm 1's loop test
+(planner.partition); every configuration they pick is then simulated.
+
+Where it agrees with the simulator, and in which direction it errs otherwise
+(tests/planner/test_time_model.py holds it to each):
+- exact for uniform costs without swapping: 1F1B, Recomp-All, Obscura for every k;
+- optimistic when stages communicate (p2p latency or bandwidth): it has no transfers;
+- pessimistic on uneven stages for 1F1B and Recomp (one bottleneck step for all);
+  Obscura's relaxed order there can land either side (0.93-1.45x in a random sample);
+- pessimistic with swapping where blocks hide (a_adj beta <= (3f + r) B, Eq. 4).
 
 Generalised to measured profiles where b != 2f: the paper's "3f" is one
 micro-batch's forward + backward on a stage (f + b), "2f + r" is its backward
@@ -93,8 +105,8 @@ class TimePrediction:
         return self.finish[k] - self.c_adj > self.finish[k + 1] * (1 + 1e-12)
 
 
-def predict(costs: StageCosts, m: int, k: int, lambdas: Sequence[int] = (), beta: float = 0.0,
-            recompute_stages: Sequence[int] | None = None, epsilon: float = 0.0) -> TimePrediction:
+def predict_closed_form(costs: StageCosts, m: int, k: int, lambdas: Sequence[int] = (), beta: float = 0.0,
+                        recompute_stages: Sequence[int] | None = None, epsilon: float = 0.0) -> TimePrediction:
     """Eq. 2-3 (5-6) on a StageCosts: adjusted stages 0..k recompute
     (act_bytes_recompute, recompute), `lambdas[s]` blocks swapped at fraction beta."""
     p = costs.num_stages

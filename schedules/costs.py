@@ -1,14 +1,26 @@
 """StageCosts: the one cost model shared by the simulator and the planner.
 
 Times in seconds (or any unit, used consistently), sizes in bytes. All per-stage
-fields are tuples of length p. The backward of an adjusted stage (one whose
-schedule row recomputes) takes bwd + recompute; its kept activations are
-act_bytes_recompute instead of act_bytes.
+fields are tuples of length p (p = model stages; a device running several stages,
+as in interleaved or V-shape schedules, gets one entry per stage). The backward of
+an adjusted stage (one whose schedule row recomputes) takes bwd + recompute; its
+kept activations are act_bytes_recompute instead of act_bytes.
+
+A split backward (zero-bubble style) runs I, the input-gradient half, and W, the
+weight-gradient half. By default I takes bwd * (1 - weight_grad_fraction) and W
+bwd * weight_grad_fraction, so I + W = B; `input_grad` / `weight_grad` (per-stage
+tuples) price them explicitly instead. Recompute, on an adjusted stage, is part of
+I (it runs before the input gradient). `freed_by_input_grad` is the bytes of a
+micro-batch's residuals the I step frees (what only the input gradient needs); the
+rest stays live until W. These three stay empty when not given (the defaults are
+derived on use), so costs written before they existed read unchanged.
 
 JSON form (`obscura simulate --costs costs.json`, `to_json`/`from_json`): an object
 whose keys are the field names above; per-stage fields are lists of p numbers (or
 one number for every stage), `fwd` (a list, it fixes p) and `bwd` are required,
-the rest default as in the dataclass, and an infinite bandwidth is written as null. An optional
+the rest default as in the dataclass (an empty list for `input_grad`, `weight_grad`
+or `freed_by_input_grad` means the derived default), and an infinite bandwidth is
+written as null. An optional
 "format": "obscura-costs/1" key is accepted. Example:
 
     {"fwd": [1, 1, 1, 1], "bwd": [2, 2, 2, 2], "recompute": 1.0,
@@ -46,6 +58,9 @@ class StageCosts:
     p2p_bandwidth: float = math.inf
     host_bandwidth: float = math.inf             # per direction (full duplex)
     weight_grad_fraction: float = 0.5            # share of bwd done by W when a schedule splits B/W
+    input_grad: tuple[float, ...] = ()           # I time per stage; empty: bwd * (1 - weight_grad_fraction)
+    weight_grad: tuple[float, ...] = ()          # W time per stage; empty: bwd * weight_grad_fraction
+    freed_by_input_grad: tuple[float, ...] = ()  # residual bytes per micro-batch I frees; empty: 0
 
     def __post_init__(self) -> None:
         p = len(self.fwd)
@@ -58,6 +73,9 @@ class StageCosts:
             if name == "act_bytes_recompute" and not vals:
                 vals = getattr(self, "act_bytes") or zeros
             object.__setattr__(self, name, _tuple(name, vals or zeros, p))
+        for name in _OPTIONAL:
+            vals = getattr(self, name)
+            object.__setattr__(self, name, _tuple(name, vals, p) if vals else ())
         if self.p2p_latency < 0 or self.p2p_bandwidth <= 0 or self.host_bandwidth <= 0:
             raise ScheduleError("StageCosts: latency must be >= 0 and bandwidths > 0")
         if not 0.0 <= self.weight_grad_fraction <= 1.0:
@@ -74,12 +92,38 @@ class StageCosts:
         if p < 1:
             raise ScheduleError(f"number of stages must be >= 1, got {p}")
         per_stage = {k: kwargs.pop(k) for k in list(kwargs)
-                     if k in ("act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes")}
+                     if k in ("act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes") + _OPTIONAL}
         per_stage = {k: (v,) * p if isinstance(v, (int, float)) else v for k, v in per_stage.items()}
         return cls(fwd=(fwd,) * p, bwd=(bwd,) * p, recompute=(recompute,) * p, **per_stage, **kwargs)
 
     def backward_time(self, stage: int, adjusted: bool) -> float:
         return self.bwd[stage] + (self.recompute[stage] if adjusted else 0.0)
+
+    def recompute_share(self, stage: int, adjusted: bool, split: bool = False) -> float:
+        """The share of a backward (of I when `split`) spent recomputing: what a
+        measured Gantt chart hatches (schedules.timeline.with_recompute_shares)."""
+        if not adjusted or not self.recompute[stage]:
+            return 0.0
+        rest = self.input_grad_time(stage) if split else self.bwd[stage]
+        return self.recompute[stage] / (rest + self.recompute[stage])
+
+    def input_grad_time(self, stage: int) -> float:
+        """I, the input-gradient half of a split backward (without recompute)."""
+        if self.input_grad:
+            return self.input_grad[stage]
+        return self.bwd[stage] * (1.0 - self.weight_grad_fraction)
+
+    def weight_grad_time(self, stage: int) -> float:
+        """W, the weight-gradient half of a split backward."""
+        if self.weight_grad:
+            return self.weight_grad[stage]
+        return self.bwd[stage] * self.weight_grad_fraction
+
+    def input_grad_frees(self, stage: int) -> float:
+        """Bytes of one micro-batch's residuals that I frees, at most all of them
+        (act_bytes: on a recomputing stage I has re-materialised them)."""
+        freed = self.freed_by_input_grad[stage] if self.freed_by_input_grad else 0.0
+        return min(freed, self.act_bytes[stage])
 
     def kept_bytes(self, stage: int, adjusted: bool) -> float:
         return self.act_bytes_recompute[stage] if adjusted else self.act_bytes[stage]
@@ -142,4 +186,6 @@ class StageCosts:
         return cls(**kwargs)
 
 
-_PER_STAGE = ("fwd", "bwd", "recompute", "act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes")
+_OPTIONAL = ("input_grad", "weight_grad", "freed_by_input_grad")
+_PER_STAGE = ("fwd", "bwd", "recompute", "act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes") \
+    + _OPTIONAL

@@ -1,11 +1,18 @@
 """Gantt charts of timelines, to time scale, in the style of the paper's figures.
 
-Rows are stages (stage 0 on top). Compute bars: forward (blue), backward (green),
-the recompute part of a backward (red, hatched, drawn first: a backward re-runs
-its forward before differentiating), weight-gradient (teal). Two thin lanes under
-each row show the host links: swap-out (orange) and swap-in (purple). Idle time is
-shaded by the paper's bubble classes: forward bubble (yellow), backward bubble
-(pink), other idle (grey). The makespan is in the title.
+Rows are devices (device 0 on top; with one stage per device, row d is stage d).
+Compute bars: forward (blue), full backward (green), input-grad half I (olive),
+weight-grad half W (teal), the recompute part of a backward (red, hatched, drawn
+first: a backward re-runs its forward before differentiating). With several stages
+on a device, a later chunk's bars are lighter and labelled "mb/stage". Two thin
+lanes under each row show the host links: swap-out (orange) and swap-in (purple).
+Idle time is shaded by the paper's bubble classes: forward bubble (yellow),
+backward bubble (pink), other idle (grey). The makespan is in the title.
+The time axis says its unit: `time_unit="s"` for timelines in seconds (measured
+ones, or simulated from measured costs; drawn in ms below one second), else the
+unit of the costs the simulation used (default "cost units", e.g. f = 1).
+A measured timeline shows recompute once its backwards carry their measured share
+(schedules.timeline.with_recompute_shares).
 
 matplotlib is imported here only, and only the object-oriented API (no pyplot
 state), so drawing works headless and inside tests.
@@ -18,15 +25,38 @@ from typing import Sequence
 from schedules.ir import Kind
 from schedules.timeline import Timeline, idle_intervals
 
-COLORS = {"F": "#4C72B0", "B": "#55A868", "R": "#C44E52", "W": "#64B5CD", "SO": "#DD8452",
+COLORS = {"F": "#4C72B0", "B": "#55A868", "I": "#8C9A3A", "R": "#C44E52", "W": "#64B5CD", "SO": "#DD8452",
           "SI": "#8172B3", "forward_bubble": "#F6E58D", "backward_bubble": "#F8C5D0", "idle": "#ECECEC"}
 
 
-def _draw(ax, timeline: Timeline, title: str | None, xmax: float) -> None:
-    p = timeline.num_stages
-    for s in range(p):
-        y = p - 1 - s
-        ops = timeline.stage_ops(s)
+def _lighter(color: str, chunk: int) -> str:
+    """The colour mixed with white, more for later chunks of a device."""
+    if chunk == 0:
+        return color
+    mix = min(0.6, 0.3 * chunk)
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * mix):02X}" for c in rgb)
+
+
+def _axis_unit(time_unit: str | None, xmax: float) -> tuple[float, str]:
+    """(factor from timeline units to axis units, axis unit name)."""
+    if time_unit == "s":
+        return (1e3, "ms") if xmax < 1.0 else (1.0, "s")
+    return 1.0, time_unit or "cost units"
+
+
+def _makespan_text(makespan: float, time_unit: str | None) -> str:
+    factor, name = _axis_unit(time_unit, makespan)
+    return f"{makespan * factor:.4g} {name}"
+
+
+def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str | None = None) -> None:
+    n = timeline.num_devices
+    chunked = not timeline.one_stage_per_device
+    for d in range(n):
+        y = n - 1 - d
+        ops = timeline.device_ops(d)
+        chunk_of = {s: i for i, s in enumerate(sorted({o.stage for o in ops}))}
         for a, b, label in idle_intervals(ops, timeline.makespan):
             ax.broken_barh([(a, b - a)], (y - 0.3, 0.6), color=COLORS.get(label, COLORS["idle"]), lw=0)
         for o in ops:
@@ -35,31 +65,49 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float) -> None:
                 lane = y - 0.38 if k == "SO" else y - 0.49
                 ax.broken_barh([(o.start, max(o.duration, 1e-9 * xmax))], (lane, 0.09), color=COLORS[k], lw=0)
                 continue
-            ax.broken_barh([(o.start, o.duration)], (y - 0.3, 0.6), facecolor=COLORS[k],
+            ax.broken_barh([(o.start, o.duration)], (y - 0.3, 0.6), facecolor=_lighter(COLORS[k], chunk_of[o.stage]),
                            edgecolor="white", lw=0.6)
             if o.recompute > 0:
                 ax.broken_barh([(o.start, o.recompute)], (y - 0.3, 0.6), facecolor=COLORS["R"],
                                edgecolor="white", hatch="///", lw=0.6)
-            if o.duration - o.recompute > 0.012 * xmax:
-                ax.text(o.start + (o.recompute + o.duration) / 2, y, str(o.microbatch), ha="center", va="center",
-                        fontsize=7, color="white")
-    ax.set_yticks(range(p))
-    ax.set_yticklabels([f"stage {p - 1 - i}" for i in range(p)], fontsize=8)
+            text = f"{o.microbatch}/{o.stage}" if chunked else str(o.microbatch)
+            if o.duration - o.recompute > 0.012 * xmax * (1.8 if chunked else 1.0):
+                ax.text(o.start + (o.recompute + o.duration) / 2, y, text, ha="center", va="center",
+                        fontsize=6 if chunked else 7, color="white" if chunk_of[o.stage] == 0 else "black")
+    ax.set_yticks(range(n))
+    if chunked:
+        names = [f"device {d} (stages {','.join(str(s) for s in sorted({o.stage for o in timeline.device_ops(d)}))})"
+                 for d in range(n)]
+    else:
+        names = [f"stage {d}" for d in range(n)]
+    ax.set_yticklabels(names[::-1], fontsize=8)
     ax.set_xlim(0, xmax)
-    ax.set_ylim(-0.65, p - 0.55)
-    ax.set_xlabel("time", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_ylim(-0.65, n - 0.55)
+    _time_axis(ax, time_unit, xmax)
     name = title if title is not None else timeline.name
-    ax.set_title(f"{name}  (makespan {timeline.makespan:.4g})", fontsize=9, loc="left")
+    ax.set_title(f"{name}  (makespan {_makespan_text(timeline.makespan, time_unit)})", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
 
-def _legend(fig, timelines: Sequence[Timeline]) -> None:
-    from matplotlib.patches import Patch
+def _time_axis(ax, time_unit: str | None, xmax: float) -> None:
+    from matplotlib.ticker import FuncFormatter  # lazy: matplotlib only when drawing
 
-    items = [("F", "forward"), ("B", "backward"), ("R", "recompute")]
+    factor, name = _axis_unit(time_unit, xmax)
+    if factor != 1.0:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * factor:g}"))
+    ax.set_xlabel(f"time ({name})", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+
+
+def _legend(fig, timelines: Sequence[Timeline]) -> None:
+    from matplotlib.patches import Patch  # lazy: matplotlib only when drawing (schedules stays light)
+
     kinds = {o.kind for t in timelines for o in t.ops}
+    items = [("F", "forward")] + ([("B", "backward")] if Kind.B in kinds or Kind.I not in kinds else [])
+    if Kind.I in kinds:
+        items.append(("I", "input grad"))
+    items.append(("R", "recompute"))
     if Kind.W in kinds:
         items.append(("W", "weight grad"))
     if kinds & {Kind.SO, Kind.SI}:
@@ -70,38 +118,41 @@ def _legend(fig, timelines: Sequence[Timeline]) -> None:
 
 
 def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | None] | None = None,
-                svg: bool = True, same_scale: bool = True) -> list[Path]:
+                svg: bool = True, same_scale: bool = True, time_unit: str | None = None) -> list[Path]:
     """Stack several timelines in one figure (one panel each), on one time axis by
-    default so lengths compare at a glance. Returns the files written."""
-    from matplotlib.figure import Figure
+    default so lengths compare at a glance. `time_unit`: "s" for seconds, else the
+    name of the costs' unit (default "cost units"). Returns the files written."""
+    from matplotlib.figure import Figure  # lazy: matplotlib only when drawing
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     if not timelines:
         raise ValueError("draw_gantts needs at least one timeline")
     titles = list(titles) if titles is not None else [None] * len(timelines)
     longest = max(t.makespan for t in timelines) or 1.0
-    heights = [0.45 * t.num_stages + 0.9 for t in timelines]
-    width = min(22.0, max(8.0, 0.11 * max(len(t.ops) / max(t.num_stages, 1) for t in timelines) + 5))
+    heights = [0.45 * t.num_devices + 0.9 for t in timelines]
+    width = min(22.0, max(8.0, 0.11 * max(len(t.ops) / max(t.num_devices, 1) for t in timelines) + 5))
     fig = Figure(figsize=(width, sum(heights)))
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(timelines), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for ax, tl, title in zip(axes, timelines, titles):
-        _draw(ax, tl, title, longest if same_scale else (tl.makespan or 1.0))
+        _draw(ax, tl, title, longest if same_scale else (tl.makespan or 1.0), time_unit)
     _legend(fig, timelines)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / sum(heights)))
     return _save(fig, path_png, svg)
 
 
-def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True) -> list[Path]:
+def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True,
+               time_unit: str | None = None) -> list[Path]:
     """One timeline as a Gantt chart: PNG at `path_png` (and an SVG beside it)."""
-    return draw_gantts([timeline], path_png, [title], svg=svg)
+    return draw_gantts([timeline], path_png, [title], svg=svg, time_unit=time_unit)
 
 
 def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: bool = True,
-                unit: float = 1.0, unit_name: str = "bytes") -> list[Path]:
+                unit: float = 1.0, unit_name: str = "bytes", time_unit: str | None = None) -> list[Path]:
     """Resident activation memory over time, one step line per stage (e.g. to show
-    what swapping saves). `unit` divides the byte figures (1e9 for GB)."""
-    from matplotlib.figure import Figure
+    what swapping saves). `unit` divides the byte figures (1e9 for GB); `time_unit`
+    as in draw_gantts."""
+    from matplotlib.figure import Figure  # lazy: matplotlib only when drawing
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     fig = Figure(figsize=(9, 3.2))
@@ -112,14 +163,16 @@ def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: boo
             continue
         ts = [t for t, _ in points] + [timeline.makespan]
         bs = [b / unit for _, b in points] + [points[-1][1] / unit]
-        ax.step(ts, bs, where="post", lw=1.2, label=f"stage {s} (peak {timeline.stages[s].peak_activation_bytes / unit:.3g})")
+        who = "stage" if timeline.one_stage_per_device else "device"
+        ax.step(ts, bs, where="post", lw=1.2,
+                label=f"{who} {s} (peak {timeline.stages[s].peak_activation_bytes / unit:.3g})")
     ax.set_xlim(0, timeline.makespan or 1.0)
-    ax.set_xlabel("time", fontsize=8)
+    _time_axis(ax, time_unit, timeline.makespan or 1.0)
     ax.set_ylabel(f"resident activations ({unit_name})", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, frameon=False, ncol=2)
     name = title if title is not None else timeline.name
-    ax.set_title(f"{name}  (makespan {timeline.makespan:.4g})", fontsize=9, loc="left")
+    ax.set_title(f"{name}  (makespan {_makespan_text(timeline.makespan, time_unit)})", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

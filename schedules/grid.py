@@ -4,17 +4,15 @@ Recomp-All (DAPPLE+) under f=1, b=2 and recompute r, with the invariants
     obscura makespan <= strawman makespan <= recomp makespan (same K),
     obscura peak in-flight <= strawman peak in-flight on every stage.
 
-    python -m schedules.grid                 # print the markdown table, exit 1 if an invariant fails
-    python -m schedules.grid --random 300    # also: paper's closed-form caps vs the cap search
-    python -m schedules.grid --timing        # also: generate/simulate times at p=8, m=64
+    python scripts/schedule_grid.py              # print the markdown table, exit 1 if an invariant fails
+    python scripts/schedule_grid.py --random 300 # also: paper's closed-form caps vs the cap search
+    python scripts/schedule_grid.py --timing     # also: generate/simulate times at p=8, m=64
 
 Pure Python; the figures are simulated time units, not measurements.
 """
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 import time
 from dataclasses import dataclass
 
@@ -135,27 +133,3 @@ def timing(repeat: int = 5) -> dict[str, float]:
         out[f"generate {name} ms"] = round(1e3 * best_gen, 1)
         out[f"simulate {name} ms"] = round(1e3 * best_sim, 1)
     return out
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m schedules.grid", description=__doc__.splitlines()[0])
-    ap.add_argument("--random", type=int, default=0, metavar="N", help="also compare cap rules on N random cases")
-    ap.add_argument("--timing", action="store_true", help="also time generate/simulate at p=8, m=64 (1024 ops)")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    rows = run_grid()
-    elapsed = time.perf_counter() - t0
-    print(markdown(rows))
-    bad = [(g, v) for g in rows for v in g.violations()]
-    print(f"\n{len(rows)} grid points, {len(bad)} invariant violations, generated+simulated in {elapsed:.2f} s")
-    for g, v in bad:
-        print(f"VIOLATION p={g.p} m={g.m} K={g.k} r={g.r:g}: {v}")
-    if args.random:
-        print(closed_rule_vs_search(args.random))
-    if args.timing:
-        print(timing())
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

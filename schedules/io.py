@@ -1,12 +1,19 @@
-"""Schedule files, format "obscura-schedule/1" (design.md):
+"""Schedule files. Written: "obscura-schedule/2"; read: /2 and /1.
 
-    {"format": "obscura-schedule/1", "name": "obscura", "num_stages": 4,
-     "num_microbatches": 8,
-     "stages": [{"recompute": ["mlp_act", "mlp_mul"], "swap_fraction": 0.5,
-                 "swap_blocks": 2, "actions": ["F0", "F1", "SO0", "B0", "SI0", ...]}]}
+obscura-schedule/2 (docs/formats.md, "Schedules"):
 
-`swap_blocks` is optional (default 0). Reading validates the schedule; anything
-malformed is one ScheduleError line naming the problem.
+    {"format": "obscura-schedule/2", "name": "interleaved", "num_stages": 8,
+     "num_devices": 4, "num_microbatches": 8,
+     "stage_to_device": [0, 1, 2, 3, 0, 1, 2, 3],
+     "stages": [{"recompute": ["full"], "swap_fraction": 0.0, "swap_blocks": 0}, ...],
+     "devices": [["0F0", "0F1", "0F2", "0F3", "4F0", ...], ...]}
+
+`stages` holds each model stage's settings, `devices` each device's row in torch's
+`_Action` strings (stage first). obscura-schedule/1 (one stage per device, stage s
+on device s): each `stages` entry also holds the stage's "actions" in the short
+form ("F0", "SO0", ...); `swap_blocks` is optional (default 0).
+Reading validates the schedule; anything malformed is one ScheduleError line
+naming the problem.
 """
 from __future__ import annotations
 
@@ -18,15 +25,17 @@ from schedules.ir import Action, Schedule, StageSpec
 from schedules.jsonio import read_json, write_json_atomic
 from schedules.validator import validate
 
-FORMAT = "obscura-schedule/1"
+FORMAT = "obscura-schedule/2"
+FORMAT_V1 = "obscura-schedule/1"
 
 
 def schedule_to_json(schedule: Schedule) -> dict:
     return {"format": FORMAT, "name": schedule.name, "num_stages": schedule.num_stages,
-            "num_microbatches": schedule.num_microbatches,
+            "num_devices": schedule.num_devices, "num_microbatches": schedule.num_microbatches,
+            "stage_to_device": list(schedule.stage_to_device),
             "stages": [{"recompute": list(spec.recompute), "swap_fraction": spec.swap_fraction,
-                        "swap_blocks": spec.swap_blocks, "actions": [str(a) for a in spec.actions]}
-                       for spec in schedule.stages]}
+                        "swap_blocks": spec.swap_blocks} for spec in schedule.stages],
+            "devices": [[a.long for a in row] for row in schedule.rows]}
 
 
 def _int(d: dict, key: str, where: str) -> int:
@@ -36,12 +45,35 @@ def _int(d: dict, key: str, where: str) -> int:
     return v
 
 
+def _settings(row, where: str) -> tuple[tuple[str, ...], float, int]:
+    if not isinstance(row, dict):
+        raise ScheduleError(f"schedule JSON: {where}entry must be an object")
+    rec = row.get("recompute", [])
+    if not isinstance(rec, list) or not all(isinstance(r, str) for r in rec):
+        raise ScheduleError(f"schedule JSON: {where}'recompute' must be a list of op or preset names")
+    beta = row.get("swap_fraction", 0.0)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
+        raise ScheduleError(f"schedule JSON: {where}'swap_fraction' must be a number, got {beta!r}")
+    lam = row.get("swap_blocks", 0)
+    if isinstance(lam, bool) or not isinstance(lam, int):
+        raise ScheduleError(f"schedule JSON: {where}'swap_blocks' must be an integer, got {lam!r}")
+    return tuple(rec), float(beta), lam
+
+
+def _actions(acts, where: str, stage: int | None) -> tuple[Action, ...]:
+    if not isinstance(acts, list) or not all(isinstance(a, str) for a in acts):
+        example = "'F3'" if stage is not None else "'2F3'"
+        raise ScheduleError(f"schedule JSON: {where}'actions' must be a list of strings like {example}")
+    return tuple(Action.parse(a, stage) for a in acts)
+
+
 def schedule_from_json(data) -> Schedule:
     """Parse and validate; the first line of any error says what is wrong."""
     if not isinstance(data, dict):
         raise ScheduleError("schedule JSON: top level must be an object")
-    if data.get("format") != FORMAT:
-        raise ScheduleError(f"schedule JSON: format must be {FORMAT!r}, got {data.get('format')!r}")
+    fmt = data.get("format")
+    if fmt not in (FORMAT, FORMAT_V1):
+        raise ScheduleError(f"schedule JSON: format must be {FORMAT!r} (or {FORMAT_V1!r}), got {fmt!r}")
     p = _int(data, "num_stages", "")
     m = _int(data, "num_microbatches", "")
     name = data.get("name", "schedule")
@@ -52,25 +84,26 @@ def schedule_from_json(data) -> Schedule:
         raise ScheduleError("schedule JSON: 'stages' must be a list")
     if len(rows) != p:
         raise ScheduleError(f"schedule JSON: {len(rows)} stage entries for num_stages={p}")
-    stages = []
-    for s, row in enumerate(rows):
-        where = f"stage {s}: "
-        if not isinstance(row, dict):
-            raise ScheduleError(f"schedule JSON: {where}entry must be an object")
-        acts = row.get("actions")
-        if not isinstance(acts, list) or not all(isinstance(a, str) for a in acts):
-            raise ScheduleError(f"schedule JSON: {where}'actions' must be a list of strings like 'F3'")
-        rec = row.get("recompute", [])
-        if not isinstance(rec, list) or not all(isinstance(r, str) for r in rec):
-            raise ScheduleError(f"schedule JSON: {where}'recompute' must be a list of op or preset names")
-        beta = row.get("swap_fraction", 0.0)
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
-            raise ScheduleError(f"schedule JSON: {where}'swap_fraction' must be a number, got {beta!r}")
-        lam = row.get("swap_blocks", 0)
-        if isinstance(lam, bool) or not isinstance(lam, int):
-            raise ScheduleError(f"schedule JSON: {where}'swap_blocks' must be an integer, got {lam!r}")
-        stages.append(StageSpec(tuple(Action.parse(a, s) for a in acts), tuple(rec), float(beta), lam))
-    schedule = Schedule(name, p, m, tuple(stages))
+    if fmt == FORMAT_V1:
+        stages = []
+        for s, row in enumerate(rows):
+            rec, beta, lam = _settings(row, f"stage {s}: ")
+            stages.append(StageSpec(_actions(row.get("actions"), f"stage {s}: ", s), rec, beta, lam))
+        schedule = Schedule(name, p, m, tuple(stages))
+    else:
+        where = data.get("stage_to_device")
+        if not isinstance(where, list) or len(where) != p or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in where):
+            raise ScheduleError(f"schedule JSON: 'stage_to_device' must be a list of {p} device indices")
+        devices = data.get("devices")
+        if not isinstance(devices, list):
+            raise ScheduleError("schedule JSON: 'devices' must be a list (one row of actions per device)")
+        n = data.get("num_devices", len(devices))
+        if n != len(devices):
+            raise ScheduleError(f"schedule JSON: {len(devices)} device rows for num_devices={n!r}")
+        device_rows = tuple(_actions(r, f"device {d}: ", None) for d, r in enumerate(devices))
+        specs = tuple(StageSpec((), *_settings(row, f"stage {s}: ")) for s, row in enumerate(rows))
+        schedule = Schedule(name, p, m, specs, tuple(where), device_rows)
     validate(schedule)
     return schedule
 

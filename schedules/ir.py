@@ -1,8 +1,26 @@
-"""The schedule IR: one per-stage ordered list of actions, read by the simulator and
-the engine alike. Timing is never stored here.
+"""The schedule IR: per-device ordered rows of actions, each naming its model stage,
+read by the simulator and the engine alike. Timing is never stored here.
 
-    stage 0: F0 F1 F2 F3 B0 F4 B1 ...      Action(stage, kind, microbatch)
-    stage 1: F0 F1 F2 B0 F3 B1 ...         prints as "F3", "SO3", parses back
+    device 0: 0F0 0F1 4F0 4F1 ... 4B0 0B0 ...    Action(stage, kind, microbatch)
+    device 1: 1F0 1F1 5F0 ...                     stage_to_device[s] says where stage s runs
+
+Action strings are those of torch.distributed.pipelining's `_Action` (its `__repr__`
+/ `from_str` in torch/distributed/pipelining/schedules.py): `[stage][type][microbatch]`,
+e.g. `2F0` (stage 2 forward of micro-batch 0), `2B0` (full backward), `2I0` (input-
+grad half of a split backward), `2W0` (weight-grad half); plus ours, `2SO0` / `2SI0`
+(swap a share of the micro-batch's residuals to host and back).
+
+One stage per device (every schedule of the paper: stage s runs on device s) is the
+special case: a row then holds one stage's actions, so the stage in each string is
+redundant and actions print in the short form `F3`, `SO3` (`str(action)`; the text
+goldens and schedule files `/1` use it). `action.long` is always the torch form, and
+`Schedule.label` picks the form a schedule's rows print in: short when every device
+runs one stage, long otherwise. `Action.parse` reads both.
+
+A `B` of a micro-batch that also has a `W` on the same stage is the input-grad half
+(the older spelling of `I`; torch's own goldens used it before `I` existed, e.g.
+test/distributed/pipelining/artifacts/zb1p_2rank_2stagep_compute.csv at commit
+15380b18); new generators write `I`.
 """
 from __future__ import annotations
 
@@ -15,8 +33,9 @@ from schedules.errors import ScheduleError
 
 class Kind(str, enum.Enum):
     F = "F"    # forward of one micro-batch
-    B = "B"    # backward (input + weight grad, or input only when W follows)
-    W = "W"    # weight-gradient half of a split backward (zero-bubble style)
+    B = "B"    # full backward (input + weight grad), or the input half when a W follows
+    I = "I"    # noqa: E741  input-gradient half of a split backward (zero-bubble style)
+    W = "W"    # weight-gradient half of a split backward
     SO = "SO"  # swap out: a fraction of the micro-batch's residuals to host
     SI = "SI"  # swap in: bring them back before the backward
 
@@ -24,7 +43,10 @@ class Kind(str, enum.Enum):
         return self.value
 
 
-_ACTION_RE = re.compile(r"^(SO|SI|F|B|W)(\d+)$")
+COMPUTE_KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
+BACKWARD_INPUT_KINDS = (Kind.B, Kind.I)     # the step that sends a gradient upstream
+_SHORT_RE = re.compile(r"^(SO|SI|F|B|I|W)(\d+)$")
+_LONG_RE = re.compile(r"^(\d+)(SO|SI|F|B|I|W)(\d+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -42,18 +64,38 @@ class Action:
     def __str__(self) -> str:
         return f"{self.kind.value}{self.microbatch}"
 
+    @property
+    def long(self) -> str:
+        """torch's `_Action` form, stage first: '2F0', '2SO0'."""
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+    @property
+    def is_compute(self) -> bool:
+        return self.kind in COMPUTE_KINDS
+
     @classmethod
-    def parse(cls, text: str, stage: int) -> "Action":
-        m = _ACTION_RE.match(text.strip())
-        if not m:
-            raise ScheduleError(f"cannot parse action {text!r} on stage {stage} (expected e.g. F3, B3, W3, SO3, SI3)")
-        return cls(stage, Kind(m.group(1)), int(m.group(2)))
+    def parse(cls, text: str, stage: int | None = None) -> "Action":
+        """'F3' (short: needs `stage`) or '2F3' (long; a given `stage` must match)."""
+        t = text.strip() if isinstance(text, str) else text
+        m = _LONG_RE.match(t) if isinstance(t, str) else None
+        if m:
+            s = int(m.group(1))
+            if stage is not None and s != stage:
+                raise ScheduleError(f"action {text!r} names stage {s} but is listed under stage {stage}")
+            return cls(s, Kind(m.group(2)), int(m.group(3)))
+        m = _SHORT_RE.match(t) if isinstance(t, str) else None
+        if m and stage is not None:
+            return cls(stage, Kind(m.group(1)), int(m.group(2)))
+        where = f" on stage {stage}" if stage is not None else ""
+        raise ScheduleError(f"cannot parse action {text!r}{where} (expected e.g. F3, I3, W3, SO3 "
+                            f"or, stage first, 2F3)")
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    """One stage's ordered actions and its memory-saving settings.
+    """One model stage's ordered actions and its memory-saving settings.
 
+    `actions` is the stage's own order (its projection of its device's row).
     `recompute` holds op names or policy preset names (e.g. ("full",) or
     ("mlp_act", "mlp_mul")); a stage that recomputes anything is *adjusted*.
     `swap_fraction` is beta, the fraction of each swapped block moved to host;
@@ -79,10 +121,18 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class Schedule:
+    """`stages[s]`: stage s's settings and own order; `stage_to_device[s]`: its device
+    (default: stage s on device s); `device_rows[d]`: device d's order over all its
+    stages. With one stage per device the rows are the stages' own orders and are
+    not stored (`device_rows` stays empty; `rows` derives them). With several stages
+    on a device the rows are required, and each stage's `actions` is filled from
+    them (or, if given, must equal its projection of the row)."""
     name: str
     num_stages: int
     num_microbatches: int
     stages: tuple[StageSpec, ...] = field(default=())
+    stage_to_device: tuple[int, ...] = ()
+    device_rows: tuple[tuple[Action, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -92,18 +142,89 @@ class Schedule:
             raise ScheduleError(f"number of micro-batches must be >= 1, got {self.num_microbatches}")
         if len(self.stages) != self.num_stages:
             raise ScheduleError(f"schedule {self.name!r} has {len(self.stages)} stage rows for {self.num_stages} stages")
+        p = self.num_stages
+        where = tuple(self.stage_to_device) or tuple(range(p))
+        if len(where) != p or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in where):
+            raise ScheduleError(f"schedule {self.name!r}: stage_to_device must hold {p} device indices >= 0, "
+                                f"got {self.stage_to_device!r}")
+        devices = max(where) + 1
+        idle = sorted(set(range(devices)) - set(where))
+        if idle:
+            raise ScheduleError(f"schedule {self.name!r}: device {idle[0]} runs no stage")
+        object.__setattr__(self, "stage_to_device", where)
+        rows = tuple(tuple(r) for r in self.device_rows)
+        one_each = len(set(where)) == p
+        if rows:
+            if len(rows) != devices:
+                raise ScheduleError(f"schedule {self.name!r} has {len(rows)} device rows for {devices} devices")
+            for d, row in enumerate(rows):
+                for a in row:
+                    if not 0 <= a.stage < p:
+                        raise ScheduleError(f"action {a.long} on device {d} names stage {a.stage} of a "
+                                            f"{p}-stage schedule")
+                    if where[a.stage] != d:
+                        raise ScheduleError(f"action {a.long} of stage {a.stage} (device {where[a.stage]}) "
+                                            f"listed on device {d}")
+            own = [tuple(a for a in rows[where[s]] if a.stage == s) for s in range(p)]
+            specs = []
+            for s, spec in enumerate(self.stages):
+                if spec.actions and spec.actions != own[s]:
+                    raise ScheduleError(f"schedule {self.name!r}: stage {s}'s actions differ from its order "
+                                        f"on device {where[s]}")
+                specs.append(spec if spec.actions else StageSpec(own[s], spec.recompute, spec.swap_fraction,
+                                                                 spec.swap_blocks))
+            object.__setattr__(self, "stages", tuple(specs))
+            if one_each:
+                rows = ()            # derivable: keep one canonical form
+        elif not one_each:
+            raise ScheduleError(f"schedule {self.name!r} puts several stages on a device: give device_rows")
+        object.__setattr__(self, "device_rows", rows)
         for s, spec in enumerate(self.stages):
             for a in spec.actions:
                 if a.stage != s:
                     raise ScheduleError(f"action {a} of stage {a.stage} listed under stage {s}")
 
     def actions(self, stage: int) -> tuple[Action, ...]:
+        """Stage `stage`'s own order."""
         return self.stages[stage].actions
+
+    @property
+    def num_devices(self) -> int:
+        return max(self.stage_to_device) + 1
+
+    @property
+    def one_stage_per_device(self) -> bool:
+        return len(set(self.stage_to_device)) == self.num_stages
+
+    @property
+    def rows(self) -> tuple[tuple[Action, ...], ...]:
+        """Every device's order over all its stages."""
+        if self.device_rows:
+            return self.device_rows
+        by_device: list[tuple[Action, ...]] = [()] * self.num_devices
+        for s, d in enumerate(self.stage_to_device):
+            by_device[d] = self.stages[s].actions
+        return tuple(by_device)
+
+    def stages_on(self, device: int) -> tuple[int, ...]:
+        return tuple(s for s, d in enumerate(self.stage_to_device) if d == device)
+
+    def label(self, action: Action) -> str:
+        """How this schedule prints an action: 'F3' when every device runs one stage,
+        torch's '2F3' otherwise."""
+        return str(action) if self.one_stage_per_device else action.long
 
     @property
     def adjusted_stages(self) -> tuple[int, ...]:
         return tuple(s for s, spec in enumerate(self.stages) if spec.adjusted)
 
     def grid(self) -> list[list[str]]:
-        """Stage x step table of action strings (rows may differ in length)."""
-        return [[str(a) for a in spec.actions] for spec in self.stages]
+        """Device x step table of action strings (rows may differ in length); with one
+        stage per device, row d is stage d's order in the short form."""
+        return [[self.label(a) for a in row] for row in self.rows]
+
+    def row_labels(self) -> list[str]:
+        """'stage d' with one stage per device (the golden files' form), else 'device d'."""
+        if self.one_stage_per_device:
+            return [f"stage {self.stages_on(d)[0]}" for d in range(self.num_devices)]
+        return [f"device {d}" for d in range(self.num_devices)]

@@ -1,4 +1,5 @@
-"""Small JSON helpers shared by every package (pure Python, no JAX)."""
+"""Small file helpers shared by every package (pure Python, no JAX): JSON in and
+out, and replacing a file atomically."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,11 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+from models.errors import ObscuraError
+
+T = TypeVar("T")
 
 
 def _clean(obj: Any) -> Any:
@@ -22,32 +27,63 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON so a crash never leaves a half-written file where a good one was."""
+def replace_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """write(temporary name) beside `path`, then rename it over `path`, so a crash
+    never leaves a half-written file where a good one was; permissions as a plain
+    open() would give (mkstemp makes files private)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_clean(data), f, indent=1)
-            f.write("\n")
+        write(tmp)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write text atomically (replace_atomically)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write(text)
+    return replace_atomically(path, write)
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON atomically (replace_atomically)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(_clean(data), f, indent=1)
+            f.write("\n")
+    replace_atomically(path, write)
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
-    """Read JSON, turning every failure into one ValueError line that names the file."""
+    """Read JSON, turning every failure into one ObscuraError line that names the file."""
     path = Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ValueError(f"{what} not found: {path}") from None
+        raise ObscuraError(f"{what} not found: {path}") from None
     except OSError as e:
-        raise ValueError(f"cannot read {what} {path}: {e.strerror}") from None
+        raise ObscuraError(f"cannot read {what} {path}: {e.strerror}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"malformed {what} {path}: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ObscuraError(f"malformed {what} {path}: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
+def load_document(path: str | os.PathLike, what: str, parse: Callable[[Any], T]) -> T:
+    """read_json, then parse(data); a parse error (an ObscuraError) gets the file's
+    name in front, keeping its class."""
+    data = read_json(path, what)
+    try:
+        return parse(data)
+    except ObscuraError as e:
+        raise type(e)(f"{what} {path}: {e}") from None

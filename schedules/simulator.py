@@ -1,31 +1,33 @@
 """Discrete-event simulation of a schedule under a StageCosts cost model.
 
-Every stage has three resources: its compute stream (F, B, W, in list order), its
-host-out link (SO, one at a time) and its host-in link (SI, one at a time); the
-links are full duplex and share nothing with compute. An action starts at the
-latest of:
-  F(s,x)   previous compute op of stage s ends; F(s-1,x) ends + p2p(s-1)
-  B(s,x)   previous compute op ends; F(s,x) ends; B(s+1,x) ends + p2p(s);
-           SI(s,x) ends when the block was swapped
-  W(s,x)   previous compute op ends (B(s,x) precedes it in the list)
-  SO(s,x)  F(s,x) ends; the host-out link is free; the compute op listed before
-           it has ended (a swap is issued once the stage reached its place)
-  SI(s,x)  SO(s,x) ends; the host-in link is free; the compute op listed before it
-           has ended; the SO listed before it has ended ("evict one block before
-           loading one", so the resident level never rises during eviction-loading)
-Durations: F = fwd; B = bwd (+ recompute on adjusted stages; minus the
-weight-gradient share when a W of the same micro-batch exists); W = that share;
+Every device has three resources: its compute stream (the F, B, I and W of all its
+stages, in row order), its host-out link (SO, one at a time) and its host-in link
+(SI, one at a time); the links are full duplex and share nothing with compute. An
+action starts at the latest of the ends of what it waits on (schedules.deps; plus a
+p2p transfer, p2p_time of the boundary, when the producer runs on another device)
+and of its resource:
+  F, B, I, W   the previous compute op of its device ends
+  SO           the host-out link is free; the compute op listed before it has ended
+               (a swap is issued once the device reached its place)
+  SI           the host-in link is free; the compute op listed before it has ended;
+               the SO listed before it has ended ("evict one block before loading
+               one", so the resident level never rises during eviction-loading)
+Durations: F = fwd; B = bwd (+ recompute on adjusted stages); I = input_grad
+(+ recompute); W = weight_grad (StageCosts.input_grad_time / weight_grad_time; a B
+followed by a W of the same micro-batch, the older spelling of I, takes I's time);
 SO/SI = swap_fraction * kept bytes / host bandwidth.
 
-Because each resource runs its actions in list order, every start time is the
-longest path to it in the dependency graph; the simulator walks stages in
+Because each resource runs its actions in row order, every start time is the
+longest path to it in the dependency graph; the simulator walks devices in
 dependency order and needs no event queue.
 """
 from __future__ import annotations
 
 from schedules.costs import StageCosts
+from schedules.deps import dependency_keys, key_lag
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind, Schedule
+from schedules.ir import Action, Schedule
+from schedules.memory import StageMemory
 from schedules.timeline import OpRecord, Timeline
 from schedules.validator import validate
 
@@ -33,78 +35,71 @@ from schedules.validator import validate
 def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
              ) -> dict[Action, tuple[float, float, float]]:
     """(start, end, recompute part) of every action. `check=False` skips validation
-    for callers that just generated the schedule (a search loop, say)."""
+    for callers that just generated the schedule (a search loop, say).
+    Long: one loop keeps the four resources' rules side by side."""
     if check:
         validate(schedule)
     p = schedule.num_stages
     if costs.num_stages != p:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, schedule {schedule.name!r} has {p}")
-    rows = [schedule.actions(s) for s in range(p)]
-    has_w = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.W}
-    has_si = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.SI}
-    lag = [costs.p2p_time(s) for s in range(p)]
-    end: dict[tuple[int, str, int], float] = {}    # (stage, kind value, micro-batch) -> end time
+    rows = schedule.rows
+    where = schedule.stage_to_device
+    # hashable keys (stage, kind value, micro-batch) and, per action, what it waits on
+    # with the transfer time from each (the one rule, schedules.deps)
+    keys = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in rows]
+    present = {k for row in keys for k in row}
+    lags = [costs.p2p_time(s) for s in range(p)]
+    waits = {k: tuple((d, key_lag(d, k, where, lags)) for d in dependency_keys(k, present, p)) for k in present}
+    split = {(s, x) for s, k, x in present if k == "W"}
+    end: dict[tuple, float] = {}
     times: dict[Action, tuple[float, float, float]] = {}
-    ptr = [0] * p
-    compute_end = [0.0] * p     # end of the last compute op issued on the stage
-    out_free = [0.0] * p
-    in_free = [0.0] * p
-    last_so_end = [0.0] * p
+    n = len(rows)
+    ptr = [0] * n
+    compute_end = [0.0] * n     # end of the last compute op issued on the device
+    out_free = [0.0] * n
+    in_free = [0.0] * n
+    last_so_end = [0.0] * n
     remaining = sum(len(r) for r in rows)
     while remaining:
         progressed = False
-        for s in range(p):
-            spec = schedule.stages[s]
-            row = rows[s]
-            swap_dur = costs.swap_time(s, spec.swap_fraction, spec.adjusted)
-            while ptr[s] < len(row):
-                a = row[ptr[s]]
-                k, x = a.kind.value, a.microbatch
-                # data dependencies (see the module docstring)
-                if k == "F":
-                    dep = end.get((s - 1, "F", x)) if s > 0 else 0.0
-                    ready = None if dep is None else dep + (lag[s - 1] if s > 0 else 0.0)
-                elif k == "B":
-                    ready = end.get((s, "F", x))
-                    if ready is not None and s < p - 1:
-                        dep = end.get((s + 1, "B", x))
-                        ready = None if dep is None else max(ready, dep + lag[s])
-                    if ready is not None and (s, x) in has_si:
-                        ready = max(ready, end[(s, "SI", x)])
-                elif k == "W":
-                    ready = end.get((s, "B", x))
-                elif k == "SO":
-                    ready = end.get((s, "F", x))
-                else:
-                    ready = end.get((s, "SO", x))
+        for d, row in enumerate(rows):
+            krow = keys[d]
+            while ptr[d] < len(row):
+                key = krow[ptr[d]]
+                s, k, x = key
+                ready = 0.0
+                for dep, lag in waits[key]:
+                    e = end.get(dep)
+                    if e is None:
+                        ready = None
+                        break
+                    ready = max(ready, e + lag)
                 if ready is None:
                     break
+                spec = schedule.stages[s]
                 rec = 0.0
-                if k == "F":
-                    start = max(ready, compute_end[s])
-                    dur = costs.fwd[s]
-                    compute_end[s] = start + dur
-                elif k == "B":
-                    start = max(ready, compute_end[s])
-                    rec = costs.recompute[s] if spec.adjusted else 0.0
-                    share = costs.weight_grad_fraction if (s, x) in has_w else 0.0
-                    dur = costs.bwd[s] * (1.0 - share) + rec
-                    compute_end[s] = start + dur
-                elif k == "W":
-                    start = max(ready, compute_end[s])
-                    dur = costs.bwd[s] * costs.weight_grad_fraction
-                    compute_end[s] = start + dur
-                elif k == "SO":
-                    dur = swap_dur
-                    start = max(ready, out_free[s], compute_end[s])
-                    out_free[s] = last_so_end[s] = start + dur
+                if k == "SO" or k == "SI":
+                    dur = costs.swap_time(s, spec.swap_fraction, spec.adjusted)
+                    if k == "SO":
+                        start = max(ready, out_free[d], compute_end[d])
+                        out_free[d] = last_so_end[d] = start + dur
+                    else:
+                        start = max(ready, in_free[d], compute_end[d], last_so_end[d])
+                        in_free[d] = start + dur
                 else:
-                    dur = swap_dur
-                    start = max(ready, in_free[s], compute_end[s], last_so_end[s])
-                    in_free[s] = start + dur
-                end[(s, k, x)] = start + dur
-                times[a] = (start, start + dur, rec)
-                ptr[s] += 1
+                    start = max(ready, compute_end[d])
+                    if k == "F":
+                        dur = costs.fwd[s]
+                    elif k == "W":
+                        dur = costs.weight_grad_time(s)
+                    else:
+                        rec = costs.recompute[s] if spec.adjusted else 0.0
+                        half = k == "I" or (s, x) in split
+                        dur = (costs.input_grad_time(s) if half else costs.bwd[s]) + rec
+                    compute_end[d] = start + dur
+                end[key] = start + dur
+                times[row[ptr[d]]] = (start, start + dur, rec)
+                ptr[d] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # validate() rules this out; keep the loop honest anyway
@@ -117,11 +112,24 @@ def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float
     return max((e for _, e, _ in op_times(schedule, costs, check).values()), default=0.0)
 
 
+def stage_memory(schedule: Schedule, costs: StageCosts) -> tuple[StageMemory, ...]:
+    """What each stage's ops allocate and free under `costs` (schedules.memory)."""
+    p = schedule.num_stages
+    out = []
+    for s, spec in enumerate(schedule.stages):
+        adj = spec.adjusted
+        out.append(StageMemory(
+            kept=costs.kept_bytes(s, adj), swap_fraction=spec.swap_fraction,
+            remat=max(0.0, costs.act_bytes[s] - costs.act_bytes_recompute[s]) if adj else 0.0,
+            freed_by_input_grad=costs.input_grad_frees(s),
+            inbox_input=costs.boundary_bytes[s - 1] if s > 0 else 0.0,
+            inbox_grad=costs.boundary_bytes[s] if s < p - 1 else 0.0))
+    return tuple(out)
+
+
 def simulate(schedule: Schedule, costs: StageCosts) -> Timeline:
     """Simulate `schedule` under `costs` and derive every statistic (see timeline.py)."""
     times = op_times(schedule, costs)
-    ops = [OpRecord.of(a, *times[a]) for s in range(schedule.num_stages) for a in schedule.actions(s)]
-    p = schedule.num_stages
-    kept = tuple(costs.kept_bytes(s, schedule.stages[s].adjusted) for s in range(p))
-    beta = tuple(schedule.stages[s].swap_fraction for s in range(p))
-    return Timeline.from_ops(p, ops, kept, beta, name=schedule.name, origin=0.0)
+    ops = [OpRecord.of(a, *times[a]) for row in schedule.rows for a in row]
+    return Timeline.from_ops(schedule.num_stages, ops, name=schedule.name, origin=0.0,
+                             stage_to_device=schedule.stage_to_device, memory=stage_memory(schedule, costs))

@@ -1,9 +1,12 @@
-"""Plain-text views of schedules and timelines: the stage x step grid (used by the
+"""Plain-text views of schedules and timelines: the device x step grid (used by the
 validator's error messages and by the golden files) and a time-scaled ASCII chart.
 
-    step     0   1   2   3    4   5          one column per position in a stage's list;
+    step     0   1   2   3    4   5          one column per position in a device's row;
     stage 0  F0  F1  F2  F3  [B0] F4  ...    a marked cell is the action a check names
     stage 1  F0  F1  F2  B0   F3  B1  ...  <- missing B7
+
+With one stage per device the rows are named by stage and actions print short; with
+several stages on a device rows are "device d" and actions print stage first (2F0).
 """
 from __future__ import annotations
 
@@ -38,40 +41,51 @@ def format_grid(rows: Sequence[Sequence[str]],
 
 def schedule_text(schedule) -> str:
     """Header + grid: the golden-file form of a schedule."""
-    head = (f"# {schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches\n"
+    head = (f"# {schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches"
+            + ("" if schedule.one_stage_per_device else
+               f", {schedule.num_devices} devices, stage -> device {list(schedule.stage_to_device)}") + "\n"
             + "".join(f"# stage {s}: recompute={list(spec.recompute)} swap_blocks={spec.swap_blocks} "
                       f"swap_fraction={spec.swap_fraction:g}\n"
                       for s, spec in enumerate(schedule.stages) if spec.recompute or spec.swap_blocks))
-    return head + format_grid(schedule.grid()) + "\n"
+    return head + format_grid(schedule.grid(), labels=schedule.row_labels()) + "\n"
 
 
-_FILL = {"F": "f", "B": "b", "W": "w"}
+_FILL = {"F": "f", "B": "b", "I": "i", "W": "w"}
 
 
 def timeline_ascii(timeline, unit: float = 1.0) -> str:
-    """A time-scaled picture, one character per `unit` of time. Per stage, the first
-    line shows the kind running (F, B, W; R = the recompute part of a B; . = idle),
-    the second the micro-batch (0-9a-z) where an op starts and - while it runs.
-    Swaps, which use the host links and not the compute stream, are listed below.
+    """A time-scaled picture, one character per `unit` of time. Per device, the first
+    line shows the kind running (F, B, I, W; R = the recompute part of a B or I;
+    . = idle), the second the micro-batch (0-9a-z) where an op starts and - while it
+    runs; with several stages on a device a third line shows the op's stage (0-9a-z)
+    the same way. Swaps, which use the host links and not the compute stream, are
+    listed below.
 
-        stage 0 |FFFF......BBFBBFBBF...|
-                |0123      0-41-52-6...|
+        stage 0 |FFFF......BBFBBFBBF...|        device 0 |FFFFFFFF..FBFBF...|
+                |0123      0-41-52-6...|                 |01230123  40516...|
+                                                         |00001111  01010...|
     """
     width = int(round(timeline.makespan / unit))
+    chunked = not timeline.one_stage_per_device
     out = []
-    for s in range(len(timeline.stages)):
+    for d in range(timeline.num_devices):
         kinds = ["."] * width
         mbs = [" "] * width
-        for op in timeline.ops:
-            if op.stage != s or op.kind.value not in _FILL:
+        stages = [" "] * width
+        for op in timeline.device_ops(d):
+            if op.kind.value not in _FILL:
                 continue
             a, b = int(round(op.start / unit)), int(round(op.end / unit))
             r = int(round((op.start + op.recompute) / unit))
             for t in range(a, min(b, width)):
                 kinds[t] = "R" if t < r else op.kind.value
                 mbs[t] = _digit(op.microbatch) if t == a else "-"
-        out.append(f"stage {s} |{''.join(kinds)}|")
-        out.append(f"        |{''.join(mbs)}|")
+                stages[t] = _digit(op.stage) if t == a else "-"
+        head = f"device {d} " if chunked else f"stage {d} "
+        out.append(f"{head}|{''.join(kinds)}|")
+        out.append(f"{' ' * len(head)}|{''.join(mbs)}|")
+        if chunked:
+            out.append(f"{' ' * len(head)}|{''.join(stages)}|")
     swaps = [op for op in timeline.ops if op.kind.value in ("SO", "SI")]
     if swaps:
         out.append("swaps: " + " ".join(f"s{op.stage}:{op.action}@{op.start:g}-{op.end:g}" for op in swaps))

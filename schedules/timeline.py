@@ -3,45 +3,48 @@
 Statistics come from op records alone (`Timeline.from_ops`), so a timeline the
 engine measures gets exactly the same bubbles, peaks and drawings as a simulated one.
 
-Per stage, over [0, makespan], the compute stream (F, B, W) is either busy or idle;
-idle intervals are classified by position (the paper's section-2 definitions):
+Statistics are per device: a device's compute stream runs the F, B, I and W of all
+its stages (one stage per device, the paper's case, makes device d stage d, hence
+the field's name `stages`; `devices` is the same tuple). Over [0, makespan] the
+stream is either busy or idle; idle intervals are classified by position (the
+paper's section-2 definitions):
   idle_before      before the first compute op
-  warmup_bubble    between forwards before the first backward
+  warmup_bubble    between forwards before the first backward (B or I)
   forward_bubble   between the last warm-up forward and the first backward
-  backward_bubble  between the first and the last backward
-  idle_after       after the last backward (drain)
+  backward_bubble  between the first backward and the last backward or weight-grad
+  idle_after       after that (drain)
 so compute + all five = makespan. `recompute` is the part of `compute` spent
 re-running forwards inside backwards. `comm_wait` (overlapping the idle figures,
-it says why a stage idled) is the time a compute op waited after all its compute
-inputs (F(s-1,x), B(s+1,x)) had finished: p2p transfers, swap-ins, launch delays.
-`swap` is the busy time of the stage's host links (SO + SI).
-Memory (activations only): F allocates its kept bytes at its start, SO frees the
-swapped part at its end, SI re-allocates it at its start, and the micro-batch's
-remaining bytes are freed at the end of its B (or of its W when there is one).
-At equal times frees come before allocations (a stream frees before it reuses).
+it says why a device idled) is the time a compute op waited after all its compute
+inputs (schedules.deps, swap-ins left out) had finished and its stream was free:
+p2p transfers, swap-ins, launch delays. `swap` is the busy time of the device's
+host links (SO + SI). Memory: schedules.memory (the one accounting).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from schedules.deps import dependency_keys
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind
+from schedules.ir import BACKWARD_INPUT_KINDS, COMPUTE_KINDS, Action, Kind
+from schedules.memory import StageMemory, device_memory
 
-COMPUTE = (Kind.F, Kind.B, Kind.W)
+COMPUTE = COMPUTE_KINDS
+_COMPUTE_VALUES = frozenset(k.value for k in COMPUTE_KINDS)
 STAT_FIELDS = ("compute", "recompute", "forward_bubble", "backward_bubble", "comm_wait", "swap",
                "peak_activation_bytes", "peak_inflight_microbatches")
-EXTRA_FIELDS = ("warmup_bubble", "idle_before", "idle_after")
+EXTRA_FIELDS = ("warmup_bubble", "idle_before", "idle_after", "peak_held_bytes")
 
 
 @dataclass(frozen=True)
 class OpRecord:
     stage: int
-    action: str          # "F3", "SO3", ...
+    action: str          # "F3", "SO3", ... (the stage is the field above)
     kind: Kind
     microbatch: int
     start: float
     end: float
-    recompute: float = 0.0       # leading part of a B spent recomputing
+    recompute: float = 0.0       # leading part of a B or I spent recomputing
     bytes: float | None = None   # memory this op allocates or frees; None = from the stage's figures
 
     def __post_init__(self) -> None:
@@ -61,6 +64,15 @@ class OpRecord:
     def duration(self) -> float:
         return self.end - self.start
 
+    @property
+    def long(self) -> str:
+        """torch's `_Action` form, stage first: '2F3'."""
+        return f"{self.stage}{self.action}"
+
+    @property
+    def as_action(self) -> Action:
+        return Action(self.stage, self.kind, self.microbatch)
+
 
 @dataclass(frozen=True)
 class StageStats:
@@ -75,6 +87,7 @@ class StageStats:
     warmup_bubble: float = 0.0
     idle_before: float = 0.0
     idle_after: float = 0.0
+    peak_held_bytes: float = 0.0      # activations + inbox (schedules.memory)
 
     @property
     def idle(self) -> float:
@@ -86,16 +99,39 @@ class StageStats:
 class Timeline:
     makespan: float
     ops: tuple[OpRecord, ...]
-    stages: tuple[StageStats, ...]
-    memory: tuple[tuple[tuple[float, float], ...], ...] = field(default=())
+    stages: tuple[StageStats, ...]       # per device (see the module docstring)
+    memory: tuple[tuple[tuple[float, float], ...], ...] = field(default=())   # per device
     name: str = ""
+    stage_to_device: tuple[int, ...] = ()   # empty: stage d runs on device d
+
+    @property
+    def devices(self) -> tuple[StageStats, ...]:
+        return self.stages
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.stages)
 
     @property
     def num_stages(self) -> int:
-        return len(self.stages)
+        return len(self.stage_to_device) or len(self.stages)
+
+    @property
+    def one_stage_per_device(self) -> bool:
+        return not self.stage_to_device
+
+    def device_of(self, stage: int) -> int:
+        return self.stage_to_device[stage] if self.stage_to_device else stage
 
     def stage_ops(self, stage: int) -> list[OpRecord]:
         return [op for op in self.ops if op.stage == stage]
+
+    def device_ops(self, device: int) -> list[OpRecord]:
+        return [op for op in self.ops if self.device_of(op.stage) == device]
+
+    def label(self, op: OpRecord) -> str:
+        """'F3' with one stage per device, torch's '2F3' otherwise."""
+        return op.action if self.one_stage_per_device else op.long
 
     def op(self, stage: int, action: str) -> OpRecord:
         for o in self.ops:
@@ -105,13 +141,17 @@ class Timeline:
 
     @classmethod
     def from_ops(cls, num_stages: int, ops, kept_bytes_per_stage=None, swap_fraction_per_stage=None,
-                 name: str = "", origin: float | None = None) -> "Timeline":
+                 name: str = "", origin: float | None = None, *, stage_to_device=None,
+                 memory=None) -> "Timeline":
         """Build a timeline and all its statistics from op records alone.
 
         kept_bytes_per_stage: activation bytes one F keeps on each stage (0 if None);
-        swap_fraction_per_stage: beta, the share an SO moves to host (0 if None). An op's
-        own `bytes` overrides the stage figure. Times are shifted so the first op starts
-        at `origin` (default: the earliest start), which makes measured clocks comparable.
+        swap_fraction_per_stage: beta, the share an SO moves to host (0 if None);
+        memory: one schedules.memory.StageMemory per stage instead of those two (it
+        also prices I's rematerialisation and frees, and the inbox). An op's own
+        `bytes` overrides the stage figure. stage_to_device: where each stage runs
+        (default stage s on device s). Times are shifted so the first op starts at
+        `origin` (default: the earliest start), which makes measured clocks comparable.
         """
         ops = list(ops)
         p = num_stages
@@ -120,71 +160,111 @@ class Timeline:
         for o in ops:
             if not 0 <= o.stage < p:
                 raise ScheduleError(f"op {o.action} names stage {o.stage} of a {p}-stage timeline")
-        kept = tuple(float(b) for b in (kept_bytes_per_stage or (0.0,) * p))
-        beta = tuple(float(b) for b in (swap_fraction_per_stage or (0.0,) * p))
-        if len(kept) != p or len(beta) != p:
-            raise ScheduleError(f"per-stage bytes/fractions need {p} entries")
+        where = tuple(stage_to_device) if stage_to_device is not None else tuple(range(p))
+        if len(where) != p or min(where) < 0 or set(where) != set(range(max(where) + 1)):
+            raise ScheduleError(f"stage_to_device must map {p} stages onto devices 0..D-1, got {where!r}")
+        mem = _stage_memory(p, kept_bytes_per_stage, swap_fraction_per_stage, memory)
         t0 = min((o.start for o in ops), default=0.0) if origin is None else origin
-        ops = [OpRecord(o.stage, o.action, o.kind, o.microbatch, o.start - t0, o.end - t0, o.recompute, o.bytes)
-               for o in ops]
+        if t0:
+            ops = [OpRecord(o.stage, o.action, o.kind, o.microbatch, o.start - t0, o.end - t0, o.recompute, o.bytes)
+                   for o in ops]
         ops.sort(key=lambda o: (o.start, o.end, o.stage, o.action))
         makespan = max((o.end for o in ops), default=0.0)
-        index = {(o.stage, o.kind, o.microbatch): o for o in ops}
-        stats, memory = [], []
-        for s in range(p):
-            mine = [o for o in ops if o.stage == s]
-            st, mem = _stage_stats(s, p, mine, index, makespan, kept[s], beta[s])
+        index = {(o.stage, o.kind.value, o.microbatch): o for o in ops}
+        starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
+        stats, steps = [], []
+        by_device: list[list[OpRecord]] = [[] for _ in range(max(where) + 1)]
+        for o in ops:
+            by_device[where[o.stage]].append(o)
+        for mine in by_device:
+            st, mem_steps = _device_stats(mine, p, index, starts, makespan, mem)
             stats.append(st)
-            memory.append(mem)
-        return cls(makespan, tuple(ops), tuple(stats), tuple(memory), name)
+            steps.append(mem_steps)
+        identity = where == tuple(range(p))
+        return cls(makespan, tuple(ops), tuple(stats), tuple(steps), name, () if identity else where)
 
     # ---- JSON (design.md "Simulation JSON"; extra keys allowed) ----
     def to_json(self) -> dict:
+        """One entry per device under "stages" (device d is stage d with one stage per
+        device); with several stages on a device, ops print stage first ('2F3') and
+        "stage_to_device" says where each stage runs."""
         stages = []
-        for s, st in enumerate(self.stages):
-            d = {k: getattr(st, k) for k in STAT_FIELDS + EXTRA_FIELDS}
-            d["ops"] = [{"action": o.action, "start": o.start, "end": o.end,
-                         **({"recompute": o.recompute} if o.recompute else {}),
-                         **({"bytes": o.bytes} if o.bytes is not None else {})}
-                        for o in self.stage_ops(s)]
-            d["memory"] = [list(pt) for pt in self.memory[s]] if self.memory else []
-            stages.append(d)
-        return {"format": "obscura-timeline/1", "name": self.name, "makespan": self.makespan,
-                "num_stages": self.num_stages, "stages": stages}
+        for d, st in enumerate(self.stages):
+            entry = {k: getattr(st, k) for k in STAT_FIELDS + EXTRA_FIELDS}
+            entry["ops"] = [{"action": self.label(o), "start": o.start, "end": o.end,
+                             **({"recompute": o.recompute} if o.recompute else {}),
+                             **({"bytes": o.bytes} if o.bytes is not None else {})}
+                            for o in self.device_ops(d)]
+            entry["memory"] = [list(pt) for pt in self.memory[d]] if self.memory else []
+            stages.append(entry)
+        out = {"format": "obscura-timeline/1", "name": self.name, "makespan": self.makespan,
+               "num_stages": self.num_stages, "stages": stages}
+        if self.stage_to_device:
+            out.update(num_devices=self.num_devices, stage_to_device=list(self.stage_to_device))
+        return out
 
     @classmethod
     def from_json(cls, data) -> "Timeline":
         try:
             if not isinstance(data, dict):
                 raise TypeError("top level is not an object")
+            where = tuple(int(d) for d in data.get("stage_to_device", ()))
             ops, stats, memory = [], [], []
-            for s, d in enumerate(data["stages"]):
-                for o in d["ops"]:
-                    a = Action.parse(str(o["action"]), s)
+            for d, entry in enumerate(data["stages"]):
+                for o in entry["ops"]:
+                    a = Action.parse(str(o["action"]), None if where else d)
                     ops.append(OpRecord.of(a, float(o["start"]), float(o["end"]),
                                            float(o.get("recompute", 0.0)),
                                            None if o.get("bytes") is None else float(o["bytes"])))
-                vals = {k: d.get(k, 0) for k in STAT_FIELDS + EXTRA_FIELDS}
+                vals = {k: entry.get(k, 0) for k in STAT_FIELDS + EXTRA_FIELDS}
                 vals = {k: (int(v) if k == "peak_inflight_microbatches" else float(v)) for k, v in vals.items()}
                 stats.append(StageStats(**vals))
-                memory.append(tuple((float(t), float(b)) for t, b in d.get("memory", [])))
+                memory.append(tuple((float(t), float(b)) for t, b in entry.get("memory", [])))
             ops.sort(key=lambda o: (o.start, o.end, o.stage, o.action))
-            return cls(float(data["makespan"]), tuple(ops), tuple(stats), tuple(memory), str(data.get("name", "")))
+            return cls(float(data["makespan"]), tuple(ops), tuple(stats), tuple(memory),
+                       str(data.get("name", "")), where)
         except ScheduleError:
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise ScheduleError(f"malformed simulation JSON: {type(e).__name__}: {e}") from None
 
 
+def with_recompute_shares(timeline: Timeline, shares) -> Timeline:
+    """The timeline with each backward (B, or I of a split one) of stage s marked as
+    spending shares[s] of its duration recomputing: a measured timeline cannot see
+    inside a backward, so its Gantt chart hatches the share the costs measured in the
+    same run give (schedules.costs.StageCosts.recompute_share). Per-device
+    `recompute` statistics follow; everything else is unchanged."""
+    if len(shares) != timeline.num_stages:
+        raise ScheduleError(f"{len(shares)} recompute shares for {timeline.num_stages} stages")
+    ops = tuple(replace(o, recompute=float(shares[o.stage]) * o.duration)
+                if o.kind in BACKWARD_INPUT_KINDS else o for o in timeline.ops)
+    stats = tuple(replace(st, recompute=sum(o.recompute for o in ops if timeline.device_of(o.stage) == d))
+                  for d, st in enumerate(timeline.stages))
+    return replace(timeline, ops=ops, stages=stats)
+
+
+def _stage_memory(p, kept, beta, memory) -> tuple[StageMemory, ...]:
+    if memory is not None:
+        memory = tuple(memory)
+        if len(memory) != p or not all(isinstance(m, StageMemory) for m in memory):
+            raise ScheduleError(f"memory needs one StageMemory per stage ({p})")
+        return memory
+    kept = tuple(float(b) for b in (kept or (0.0,) * p))
+    beta = tuple(float(b) for b in (beta or (0.0,) * p))
+    if len(kept) != p or len(beta) != p:
+        raise ScheduleError(f"per-stage bytes/fractions need {p} entries")
+    return tuple(StageMemory(kept=k, swap_fraction=b) for k, b in zip(kept, beta))
+
+
 def idle_intervals(ops, makespan: float) -> list[tuple[float, float, str]]:
-    """(start, end, label) of every idle stretch of one stage's compute stream over
+    """(start, end, label) of every idle stretch of one device's compute stream over
     [0, makespan]; labels are EXTRA_FIELDS / forward_bubble / backward_bubble names."""
     seq = sorted((o for o in ops if o.kind in COMPUTE), key=lambda o: (o.start, o.end))
     if not seq:
         return [(0.0, makespan, "idle_before")] if makespan > 0 else []
-    bs = [o for o in seq if o.kind == Kind.B]
-    first_b = min((o.start for o in bs), default=makespan)
-    last_b = max((o.end for o in bs), default=makespan)
+    first_b = min((o.start for o in seq if o.kind in BACKWARD_INPUT_KINDS), default=makespan)
+    last_b = max((o.end for o in seq if o.kind != Kind.F), default=makespan)
     out = []
     prev_end = 0.0
     for i, o in enumerate(seq):
@@ -206,83 +286,25 @@ def idle_intervals(ops, makespan: float) -> list[tuple[float, float, str]]:
     return out
 
 
-def _stage_stats(s, p, ops, index, makespan, kept, beta) -> tuple[StageStats, tuple]:
+def _device_stats(ops, p, index, starts, makespan, memory) -> tuple[StageStats, tuple]:
     compute = [o for o in ops if o.kind in COMPUTE]
-    idle = dict.fromkeys(EXTRA_FIELDS + ("forward_bubble", "backward_bubble"), 0.0)
+    idle = dict.fromkeys(("warmup_bubble", "idle_before", "idle_after", "forward_bubble", "backward_bubble"), 0.0)
     for a, b, label in idle_intervals(compute, makespan):
         idle[label] += b - a
     comm_wait, prev_end = 0.0, 0.0
     for o in sorted(compute, key=lambda o: (o.start, o.end)):
-        comm_wait += _comm_wait(o, prev_end, index, p)
+        deps = [index.get(d) for d in dependency_keys((o.stage, o.kind.value, o.microbatch), index, p)
+                if d[1] in _COMPUTE_VALUES]
+        ready = max([prev_end] + [d.end for d in deps if d is not None])
+        comm_wait += max(0.0, o.start - ready)
         prev_end = max(prev_end, o.end)
-    peak_bytes, peak_inflight, mem = _memory(ops, kept, beta)
+    prof = device_memory(ops, memory, starts, p)
     return StageStats(compute=sum(o.duration for o in compute),
                       recompute=sum(o.recompute for o in compute),
                       forward_bubble=idle["forward_bubble"], backward_bubble=idle["backward_bubble"],
                       comm_wait=comm_wait,
                       swap=sum((o.duration for o in ops if o.kind in (Kind.SO, Kind.SI)), 0.0),
-                      peak_activation_bytes=peak_bytes, peak_inflight_microbatches=peak_inflight,
+                      peak_activation_bytes=prof.peak_activation_bytes,
+                      peak_inflight_microbatches=prof.peak_inflight_microbatches,
                       warmup_bubble=idle["warmup_bubble"], idle_before=idle["idle_before"],
-                      idle_after=idle["idle_after"]), mem
-
-
-def _comm_wait(o: OpRecord, prev_end: float, index, p: int) -> float:
-    if o.kind == Kind.F:
-        deps = [index.get((o.stage - 1, Kind.F, o.microbatch))] if o.stage > 0 else []
-    elif o.kind == Kind.B:
-        deps = [index.get((o.stage + 1, Kind.B, o.microbatch))] if o.stage < p - 1 else []
-        deps.append(index.get((o.stage, Kind.F, o.microbatch)))
-    else:
-        deps = [index.get((o.stage, Kind.B, o.microbatch))]
-    ready = max([prev_end] + [d.end for d in deps if d is not None])
-    return max(0.0, o.start - ready)
-
-
-def _memory(ops, kept, beta):
-    """Step function of resident activation bytes, its peak, and peak in-flight count."""
-    has_w = {o.microbatch for o in ops if o.kind == Kind.W}
-    size: dict[int, float] = {}
-    events = []  # (time, order, kind, op): order 0 = free first at equal times
-    for o in ops:
-        if o.kind == Kind.F:
-            size[o.microbatch] = kept if o.bytes is None else o.bytes
-            events.append((o.start, 1, "alloc_mb", o))
-        elif o.kind == Kind.SO:
-            events.append((o.end, 0, "swap_out", o))
-        elif o.kind == Kind.SI:
-            events.append((o.start, 1, "swap_in", o))
-        elif (o.kind == Kind.W) or (o.kind == Kind.B and o.microbatch not in has_w):
-            events.append((o.end, 0, "free_mb", o))
-    events.sort(key=lambda e: (e[0], e[1]))
-    resident: dict[int, float] = {}
-    swapped: dict[int, float] = {}
-    total, inflight, peak, peak_n = 0.0, 0, 0.0, 0
-    mem: list[tuple[float, float]] = [(0.0, 0.0)]
-    for t, _, what, o in events:
-        x = o.microbatch
-        if what == "alloc_mb":
-            resident[x] = size[x]
-            total += size[x]
-            inflight += 1
-        elif what == "swap_out":
-            moved = (o.bytes if o.bytes is not None else beta * size.get(x, kept))
-            moved = min(moved, resident.get(x, 0.0))
-            resident[x] = resident.get(x, 0.0) - moved
-            swapped[x] = swapped.get(x, 0.0) + moved
-            total -= moved
-        elif what == "swap_in":
-            back = swapped.pop(x, 0.0)
-            resident[x] = resident.get(x, 0.0) + back
-            total += back
-        else:
-            total -= resident.pop(x, 0.0)
-            swapped.pop(x, None)
-            inflight = max(0, inflight - 1)
-        total = max(total, 0.0) if abs(total) < 1e-6 * max(1.0, kept) else total
-        peak = max(peak, total)
-        peak_n = max(peak_n, inflight)
-        if mem and mem[-1][0] == t:
-            mem[-1] = (t, total)
-        else:
-            mem.append((t, total))
-    return peak, peak_n, tuple(mem)
+                      idle_after=idle["idle_after"], peak_held_bytes=prof.peak_held_bytes), prof.steps

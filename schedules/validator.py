@@ -1,33 +1,39 @@
 """The one schedule validator, shared by generators, the simulator, the engine and
 file loading.
 
-Rules, checked per stage and then globally:
-  1. every F and every B appears exactly once per micro-batch 0..m-1; W, SO and SI
-     at most once each; no micro-batch outside 0..m-1;
-  2. forwards run in micro-batch order, so do backwards and weight-grads (the
-     queues between neighbouring stages are first-in first-out);
-  3. F(x) before B(x), W(x) after B(x); SO(x) after F(x) and before B(x); SI(x)
-     after SO(x) and before B(x); an SO has its SI and an SI its SO;
-  4. deadlock-freedom: running all stages together, every action is eventually
-     issued (F(s,x) needs F(s-1,x), B(s,x) needs B(s+1,x)).
+Rules, checked per stage (on the stage's own order) and then globally:
+  1. every F appears exactly once per micro-batch 0..m-1, and so does one backward:
+     a full B, or a split one, I and W; W, SO and SI at most once each; no
+     micro-batch outside 0..m-1. (A B followed by a W of the same micro-batch is the
+     older spelling of I + W, see ir.py.)
+  2. forwards run in micro-batch order, so do backward-input steps (B or I) and
+     weight-grads (the queues between neighbouring stages are first-in first-out);
+  3. F(x) before B/I(x), W(x) after I(x); SO(x) after F(x) and before B/I(x); SI(x)
+     after SO(x) and before B/I(x); an SO has its SI and an SI its SO;
+  4. deadlock-freedom: running every device's row in order, each action waiting on
+     its dependencies (schedules.deps), every action is eventually issued.
 
 A failure raises ScheduleError: the first line says what is wrong and where, the
-following lines show the stage x step grid with the offending action(s) marked.
+following lines show the device x step grid with the offending action(s) marked.
+With one stage per device, rows are stages and actions print short ("B3 at stage 1
+step 4"); otherwise rows are devices and actions print stage first ("2B3 at device 1
+step 4").
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from schedules.deps import dependency_keys
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind, Schedule
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
 from schedules.text import format_grid
 
 
 @dataclass(frozen=True)
 class Problem:
-    stage: int
-    index: int | None      # position in the stage's list; None for a missing action
+    row: int               # device row (== stage with one stage per device)
+    index: int | None      # position in the device's row; None for a missing action
     message: str
 
 
@@ -59,94 +65,107 @@ def validate(schedule: Schedule) -> None:
         return
     first = found[0]
     more = f" (and {len(found) - 1} more problem{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-    marks = [(p.stage, p.index) for p in found if p.index is not None]
+    marks = [(p.row, p.index) for p in found if p.index is not None]
     notes: dict[int, str] = {}
     for p in found:
         if p.index is None:
-            notes[p.stage] = (notes[p.stage] + "; " if p.stage in notes else "") + p.message
-    grid = format_grid(schedule.grid(), marks=marks, notes=notes)
+            notes[p.row] = (notes[p.row] + "; " if p.row in notes else "") + p.message
+    grid = format_grid(schedule.grid(), marks=marks, notes=notes, labels=schedule.row_labels())
     raise ScheduleError(f"invalid schedule {schedule.name!r}: {first.message}{more}\n{grid}")
 
 
 def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
+    """Rules 1-3 on stage s's own order; positions are indices in its device's row.
+    Long: the rules read best side by side, one message each."""
     m = schedule.num_microbatches
+    d = schedule.stage_to_device[s]
+    name = schedule.label
+    unit = schedule.row_labels()[d]
+    mine = [(i, a) for i, a in enumerate(schedule.rows[d]) if a.stage == s]
     out: list[Problem] = []
     pos: dict[tuple[Kind, int], int] = {}
-    last: dict[Kind, int] = {}
-    for i, a in enumerate(schedule.actions(s)):
-        where = f"stage {s} step {i}"
+    last: dict[str, Action] = {}
+    for i, a in mine:
+        where = f"{unit} step {i}"
         if a.microbatch >= m:
-            out.append(Problem(s, i, f"{a} at {where}: micro-batch {a.microbatch} is outside 0..{m - 1}"))
+            out.append(Problem(d, i, f"{name(a)} at {where}: micro-batch {a.microbatch} is outside 0..{m - 1}"))
             continue
         key = (a.kind, a.microbatch)
         if key in pos:
-            out.append(Problem(s, i, f"{a} at {where} is a duplicate (first at step {pos[key]})"))
+            out.append(Problem(d, i, f"{name(a)} at {where} is a duplicate (first at step {pos[key]})"))
             continue
         pos[key] = i
-        if a.kind in (Kind.F, Kind.B, Kind.W):
-            if a.kind in last and a.microbatch < last[a.kind]:
-                out.append(Problem(s, i, f"{a} at {where} comes after {a.kind}{last[a.kind]}: "
-                                         f"{a.kind.name} actions must run in micro-batch order"))
-            last[a.kind] = max(a.microbatch, last.get(a.kind, -1))
+        if a.kind in (Kind.SO, Kind.SI):
+            continue
+        queue = "BI" if a.kind in BACKWARD_INPUT_KINDS else a.kind.value
+        prev = last.get(queue)
+        if prev is not None and a.microbatch < prev.microbatch:
+            what = "backward" if queue == "BI" and prev.kind != a.kind else a.kind.name
+            out.append(Problem(d, i, f"{name(a)} at {where} comes after {name(prev)}: "
+                                     f"{what} actions must run in micro-batch order"))
+        if prev is None or a.microbatch > prev.microbatch:
+            last[queue] = a
+    splits = any(k == Kind.I for k, _ in pos)
     for x in range(m):
-        for k in (Kind.F, Kind.B):
-            if (k, x) not in pos:
-                out.append(Problem(s, None, f"stage {s} has no {k}{x}"))
+        if (Kind.F, x) not in pos:
+            out.append(Problem(d, None, f"stage {s} has no F{x}"))
+        if (Kind.B, x) not in pos and (Kind.I, x) not in pos:
+            out.append(Problem(d, None, f"stage {s} has no {'I' if splits else 'B'}{x}"))
     for (k, x), i in sorted(pos.items(), key=lambda kv: kv[1]):
-        f, b = pos.get((Kind.F, x)), pos.get((Kind.B, x))
+        f, w = pos.get((Kind.F, x)), pos.get((Kind.W, x))
+        b = pos.get((Kind.I, x), pos.get((Kind.B, x)))
+        bname = f"{'I' if (Kind.I, x) in pos else 'B'}{x}"
         so, si = pos.get((Kind.SO, x)), pos.get((Kind.SI, x))
-        where = f"stage {s} step {i}"
-        if k == Kind.B and f is not None and f > i:
-            out.append(Problem(s, i, f"B{x} at {where} comes before its F{x}"))
+        where = f"{unit} step {i}"
+        me = name(Action(s, k, x))
+        if k in BACKWARD_INPUT_KINDS and f is not None and f > i:
+            out.append(Problem(d, i, f"{me} at {where} comes before its F{x}"))
+        elif k == Kind.B and (Kind.I, x) in pos:
+            out.append(Problem(d, i, f"{me} at {where}: micro-batch {x} also has I{x} (a backward is either "
+                                     f"full, B, or split, I + W)"))
+        elif k == Kind.I and w is None:
+            out.append(Problem(d, i, f"{me} at {where} has no W{x} (a split backward needs its weight-grad half)"))
         elif k == Kind.W and (b is None or b > i):
-            out.append(Problem(s, i, f"W{x} at {where} does not follow B{x}"))
+            out.append(Problem(d, i, f"{me} at {where} does not follow {bname}"))
         elif k == Kind.SO:
             if f is None or f > i:
-                out.append(Problem(s, i, f"SO{x} at {where} comes before its F{x}"))
+                out.append(Problem(d, i, f"{me} at {where} comes before its F{x}"))
             elif b is not None and b < i:
-                out.append(Problem(s, i, f"SO{x} at {where} comes after B{x} freed the activations"))
+                out.append(Problem(d, i, f"{me} at {where} comes after {bname} freed the activations"))
             elif si is None:
-                out.append(Problem(s, i, f"SO{x} at {where} is never swapped back in (no SI{x})"))
+                out.append(Problem(d, i, f"{me} at {where} is never swapped back in (no SI{x})"))
         elif k == Kind.SI:
             if so is None or so > i:
-                out.append(Problem(s, i, f"SI{x} at {where} has no earlier SO{x}"))
+                out.append(Problem(d, i, f"{me} at {where} has no earlier SO{x}"))
             elif b is not None and b < i:
-                out.append(Problem(s, i, f"SI{x} at {where} comes after B{x} needed it"))
+                out.append(Problem(d, i, f"{me} at {where} comes after {bname} needed it"))
     return out
 
 
 def _deadlock(schedule: Schedule) -> list[Problem]:
-    """Run every stage's list as far as cross-stage dependencies allow."""
-    p = schedule.num_stages
-    done: set[Action] = set()
-    ptr = [0] * p
-    rows = [schedule.actions(s) for s in range(p)]
+    """Run every device's row as far as the dependencies (schedules.deps) allow."""
+    rows = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in schedule.rows]
+    present = {k for row in rows for k in row}
+    deps = {k: dependency_keys(k, present, schedule.num_stages) for k in present}
+    done: set[tuple] = set()
+    ptr = [0] * len(rows)
     progress = True
     while progress:
         progress = False
-        for s in range(p):
-            while ptr[s] < len(rows[s]) and _ready(rows[s][ptr[s]], done, p):
-                done.add(rows[s][ptr[s]])
-                ptr[s] += 1
+        for d, row in enumerate(rows):
+            while ptr[d] < len(row) and all(x in done for x in deps[row[ptr[d]]]):
+                done.add(row[ptr[d]])
+                ptr[d] += 1
                 progress = True
-    stuck = [s for s in range(p) if ptr[s] < len(rows[s])]
+    name = schedule.label
+    labels = schedule.row_labels()
     out = []
-    for s in stuck:
-        a = rows[s][ptr[s]]
-        dep = _cross_dep(a, p)
-        out.append(Problem(s, ptr[s], f"deadlock: stage {s} step {ptr[s]} waits at {a} for {dep} "
-                                      f"on stage {dep.stage}, which never runs"))
+    for d, row in enumerate(rows):
+        if ptr[d] == len(row):
+            continue
+        a = schedule.rows[d][ptr[d]]
+        s, k, x = next(x for x in deps[row[ptr[d]]] if x not in done)
+        dep = Action(s, Kind(k), x)
+        out.append(Problem(d, ptr[d], f"deadlock: {labels[d]} step {ptr[d]} waits at {name(a)} for {name(dep)} "
+                                      f"on {labels[schedule.stage_to_device[s]]}, which never runs"))
     return out
-
-
-def _cross_dep(a: Action, p: int) -> Action | None:
-    if a.kind == Kind.F and a.stage > 0:
-        return Action(a.stage - 1, Kind.F, a.microbatch)
-    if a.kind == Kind.B and a.stage < p - 1:
-        return Action(a.stage + 1, Kind.B, a.microbatch)
-    return None
-
-
-def _ready(a: Action, done: set[Action], p: int) -> bool:
-    dep = _cross_dep(a, p)
-    return dep is None or dep in done

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+import models
+from planner.stopwatch import median_time
 
 
 def stage_flops(cfg, seq_len: int, micro_batch: int, num_layers: int) -> float:
@@ -28,33 +32,16 @@ def stage_flops(cfg, seq_len: int, micro_batch: int, num_layers: int) -> float:
     return 3.0 * micro_batch * num_layers * (2 * t * mats + 4 * t * t * h)
 
 
-def time_fn(fn, args, reps: int, rounds: int) -> float:
-    import jax
-    jax.block_until_ready(fn(*args))  # compile + warm-up
-    jax.block_until_ready(fn(*args))
-    means = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(reps):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        means.append((time.perf_counter() - t0) / reps)
-    return statistics.median(means)
-
-
 def matmul_ceiling(n: int, reps: int, rounds: int) -> float:
-    import jax
-    import jax.numpy as jnp
     k1, k2 = jax.random.split(jax.random.key(1))
     a = jax.random.normal(k1, (n, n), jnp.bfloat16)
     b = jax.random.normal(k2, (n, n), jnp.bfloat16)
     mm = jax.jit(lambda a, b: a @ b)
-    dt = time_fn(mm, (a, b), reps, rounds)
+    dt = median_time(lambda: mm(a, b), rounds, calls=reps, warmup=2)
     return 2.0 * n ** 3 / dt
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama2-13b")
     ap.add_argument("--layers", type=int, default=5)
@@ -71,57 +58,20 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run on llama2-tiny")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-
-    import jax
-    import jax.numpy as jnp
-    import models
-
     if args.tiny:
         args.model, args.layers, args.seq_len, args.attention = "llama2-tiny", 2, 64, "xla"
         args.param_dtype, args.matmul, args.reps, args.rounds = "float32", 512, 2, 2
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     device = jax.devices()[0]
     peak = args.peak_tflops * 1e12
-    rows = []
     ceiling = matmul_ceiling(args.matmul, max(args.reps * 4, 10), args.rounds)
     print(f"device {device.device_kind}; bf16 {args.matmul}^3 matmul: {ceiling / 1e12:.1f} TFLOP/s "
           f"({ceiling / peak:.1%} of {args.peak_tflops:g})", flush=True)
-    for impl in args.attention.split(","):
-        base = models.get_config(args.model)
-        overrides = dict(num_layers=args.layers, attention_impl=impl, param_dtype=args.param_dtype)
-        if args.tiny:
-            overrides.pop("param_dtype")
-        else:
-            overrides["compute_dtype"] = "bfloat16"
-        cfg = base.replace(**overrides)
-        params = models.init_params(cfg, 0)
-        unit_range = (1, cfg.num_units - 1)       # every attn/mlp unit, no embed/head
-        sub = models.stage_params(params, unit_range)
-        x = (jax.random.normal(jax.random.key(2), (args.micro_batch, args.seq_len, cfg.hidden),
-                               jnp.float32) * 0.5).astype(cfg.compute_dtype)
-        flops = stage_flops(cfg, args.seq_len, args.micro_batch, args.layers)
-        for pol in args.policies.split(","):
-            stage = models.build_stage(cfg, unit_range, pol)
-
-            def loss(p, x, stage=stage):
-                return jnp.sum(stage.apply(p, x).astype(jnp.float32))
-
-            step = jax.jit(jax.grad(loss, argnums=(0, 1)))
-            row = {"attention": impl, "policy": pol, "layers": args.layers, "seq_len": args.seq_len,
-                   "micro_batch": args.micro_batch, "param_dtype": cfg.param_dtype}
-            try:
-                dt = time_fn(step, (sub, x), args.reps, args.rounds)
-                res = models.unit_residual_bytes(cfg, "attn", pol, args.seq_len, args.micro_batch) + \
-                    models.unit_residual_bytes(cfg, "mlp", pol, args.seq_len, args.micro_batch)
-                row.update(fwd_bwd_s=dt, mfu=flops / dt / peak, of_matmul=flops / dt / ceiling,
-                           residual_bytes_per_layer=int(res))
-                print(f"{impl:5s} {pol:9s} fwd+bwd {dt * 1e3:8.2f} ms  MFU({args.peak_tflops:g}) "
-                      f"{row['mfu']:6.1%}  of-matmul {row['of_matmul']:6.1%}  "
-                      f"residual/layer {res / 1e6:8.1f} MB", flush=True)
-            except Exception as e:  # e.g. OOM, or cudnn unavailable: record and go on
-                row["error"] = repr(e)[:300]
-                print(f"{impl:5s} {pol:9s} failed: {row['error']}", flush=True)
-            rows.append(row)
-        del params, sub
+    rows = [row for impl in args.attention.split(",") for row in measure_policies(args, impl, peak, ceiling)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"device": device.device_kind, "jax": jax.__version__, "model": args.model,
@@ -129,6 +79,48 @@ def main(argv=None) -> int:
               "matmul_n": args.matmul, "rows": rows}
     (out / "stage_mfu.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def measure_policies(args, impl: str, peak: float, ceiling: float) -> list[dict]:
+    """One row per policy for the stage built with attention `impl`."""
+    rows = []
+    base = models.get_config(args.model)
+    overrides = dict(num_layers=args.layers, attention_impl=impl, param_dtype=args.param_dtype)
+    if args.tiny:
+        overrides.pop("param_dtype")
+    else:
+        overrides["compute_dtype"] = "bfloat16"
+    cfg = base.replace(**overrides)
+    params = models.init_params(cfg, 0)
+    unit_range = (1, cfg.num_units - 1)       # every attn/mlp unit, no embed/head
+    sub = models.stage_params(params, unit_range)
+    x = (jax.random.normal(jax.random.key(2), (args.micro_batch, args.seq_len, cfg.hidden),
+                           jnp.float32) * 0.5).astype(cfg.compute_dtype)
+    flops = stage_flops(cfg, args.seq_len, args.micro_batch, args.layers)
+    for pol in args.policies.split(","):
+        stage = models.build_stage(cfg, unit_range, pol)
+
+        def loss(p, x, stage=stage):
+            return jnp.sum(stage.apply(p, x).astype(jnp.float32))
+
+        step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        row = {"attention": impl, "policy": pol, "layers": args.layers, "seq_len": args.seq_len,
+               "micro_batch": args.micro_batch, "param_dtype": cfg.param_dtype}
+        try:
+            dt = median_time(lambda: step(sub, x), args.rounds, calls=args.reps, warmup=2)
+            res = models.unit_residual_bytes(cfg, "attn", pol, args.seq_len, args.micro_batch) + \
+                models.unit_residual_bytes(cfg, "mlp", pol, args.seq_len, args.micro_batch)
+            row.update(fwd_bwd_s=dt, mfu=flops / dt / peak, of_matmul=flops / dt / ceiling,
+                       residual_bytes_per_layer=int(res))
+            print(f"{impl:5s} {pol:9s} fwd+bwd {dt * 1e3:8.2f} ms  MFU({args.peak_tflops:g}) "
+                  f"{row['mfu']:6.1%}  of-matmul {row['of_matmul']:6.1%}  "
+                  f"residual/layer {res / 1e6:8.1f} MB", flush=True)
+        except Exception as e:  # e.g. OOM, or cudnn unavailable: record and go on
+            row["error"] = repr(e)[:300]
+            print(f"{impl:5s} {pol:9s} failed: {row['error']}", flush=True)
+        rows.append(row)
+    del params, sub
+    return rows
 
 
 if __name__ == "__main__":

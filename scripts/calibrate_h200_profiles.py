@@ -7,24 +7,28 @@ GPT-3 (not measured as a stage) takes Llama-2's per-kind recompute/forward ratio
     python scripts/calibrate_h200_profiles.py [--dir results/h200]
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import models  # noqa: E402  (after the path insert: runnable without installing)
+from obscura_jax.cli import run_command  # noqa: E402
+from planner.analytic import analytic_profile  # noqa: E402
+from planner.calibrate import calibrate_profile, layer_ratios, stage_overheads  # noqa: E402
+from planner.profile import load_profile, save_profile  # noqa: E402
+from schedules.jsonio import read_json  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="results/h200")
     args = ap.parse_args(argv)
-    import models
-    from planner.analytic import analytic_profile
-    from planner.calibrate import calibrate_profile, layer_ratios, stage_overheads
-    from planner.profile import load_profile, save_profile
+    return run_command("calibrate_h200_profiles", lambda: calibrate(Path(args.dir)))
 
-    d = Path(args.dir)
-    overheads = stage_overheads(json.loads((d / "stage_mfu.json").read_text()))
+
+def calibrate(d: Path) -> int:
+    overheads = stage_overheads(read_json(d / "stage_mfu.json", "stage MFU result"))
     out = {}
     for name in ("llama2-13b", "gpt3-13b"):
         measured = load_profile(d / "raw" / f"profile_{name}.measured-v1.json")

@@ -4,7 +4,9 @@ for Llama-2 and GPT-3 18/23/28B at global batch 16/32/64, p=8, 80 GiB per GPU
 (the paper's A100-80GB), with Obscura's speedup over DAPPLE+ beside the paper's.
 Also plans every case at the H200's full memory (CSV only: what changes there).
 
-    python scripts/fig12_throughput.py [--out results/figures] [--profile-dir results/h200]
+    python scripts/fig12_throughput.py [--out DIR] [--profile-dir results/h200]
+
+--out defaults to figures_out/; `--out results/figures` regenerates the committed figure.
 
 Writes fig12_throughput.png and fig12_throughput.csv (one row per system and case;
 empty iteration time = does not fit, "OOM").
@@ -12,7 +14,12 @@ empty iteration time = does not fit, "OOM").
 import argparse
 import sys
 
+import figlib as L
+from obscura_jax.cli import run_command
 from planner import figures as F
+from planner import paper as P
+from planner.identify import parse_memory_limit
+from schedules.sizes import GiB
 
 SHOWN = ("dapple", "dapple_plus", "ohp_cmb", "strawman", "obscura")
 COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "ohp_cmb": "#64B5CD", "strawman": "#DD8452",
@@ -20,7 +27,7 @@ COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "ohp_cmb": "#64B5CD", "
 
 
 def draw(rows, sources, families, sizes, batches, limit_gib, out):
-    fig, axes = F.new_figure(len(families), len(sizes), (4.2 * len(sizes), 3.1 * len(families)))
+    fig, axes = L.new_figure(len(families), len(sizes), (4.2 * len(sizes), 3.1 * len(families)))
     width = 0.8 / len(SHOWN)
     for i, fam in enumerate(families):
         for j, size in enumerate(sizes):
@@ -37,7 +44,7 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                                 color=COLORS[name])
                         continue
                     ax.bar(x, r["samples_per_s"], width, color=COLORS[name],
-                           label=F.SYSTEMS[name] if g == 0 else None)
+                           label=P.SYSTEMS[name] if g == 0 else None)
                     if name == "obscura" and r["speedup_vs_dapple_plus"]:
                         paper = ("\npaper %.2f-%.2f" % (r["paper_speedup_low"], r["paper_speedup_high"])
                                  if r["paper_speedup_low"] else "")
@@ -48,15 +55,15 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
             ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
             ax.set_ylim(0, top * 1.3)
             ax.tick_params(axis="y", labelsize=7)
-            ax.set_title(f"{F.FAMILIES[fam]} {size.upper()}", fontsize=9, loc="left")
+            ax.set_title(f"{P.FAMILIES[fam]} {size.upper()}", fontsize=9, loc="left")
             if j == 0:
                 ax.set_ylabel("samples / s (simulated)", fontsize=8)
             for side in ("top", "right"):
                 ax.spines[side].set_visible(False)
     axes[0][0].legend(fontsize=6.5, frameon=False, ncol=2, loc="upper left")
-    title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {F.SEQ_LEN}, mb {F.MICRO_BATCH}, "
+    title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {P.SEQ_LEN}, mb {P.MICRO_BATCH}, "
              f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (max: no recompute, unlimited memory) and the paper's")
-    return F.save_figure(fig, out, "fig12_throughput", title, sources)
+    return L.save_figure(fig, out, "fig12_throughput", title, sources)
 
 
 def summary(rows, limit_gib) -> list[str]:
@@ -66,7 +73,7 @@ def summary(rows, limit_gib) -> list[str]:
             continue
         case = [x for x in rows if x["model"] == r["model"] and x["global_batch"] == r["global_batch"]
                 and x["memory_limit_gib"] == limit_gib]
-        cols = "  ".join("%s %s" % (F.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
+        cols = "  ".join("%s %s" % (P.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
                                     else "%.3f" % x["samples_per_s"]) for x in case if x["system"] in SHOWN)
         sp, ceil = r["speedup_vs_dapple_plus"], r["ceiling_vs_dapple_plus"]
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
@@ -79,33 +86,29 @@ def summary(rows, limit_gib) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    F.add_common_args(ap, "18b,23b,28b", "16,32,64")
-    ap.add_argument("--h200-limit", default=F.H200_LIMIT,
-                    help=f"second limit planned for the CSV (default {F.H200_LIMIT}, the H200's total; 'none' skips)")
+    L.add_common_args(ap, "18b,23b,28b", "16,32,64")
+    ap.add_argument("--h200-limit", default=P.H200_LIMIT,
+                    help=f"second limit planned for the CSV (default {P.H200_LIMIT}, the H200's total; 'none' skips)")
     args = ap.parse_args(argv)
 
     def body() -> int:
-        from planner.identify import parse_memory_limit
-        families, sizes, batches = F.common_inputs(args)
+        families, sizes, batches = L.common_inputs(args)
         limits = [args.memory_limit] + ([] if args.h200_limit.lower() == "none" else [args.h200_limit])
         for lim in limits:
             parse_memory_limit(lim)
-        sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
+        sources = L.load_sources(families, args.profile_dir, args.analytic)
         tasks = [(src, size, b, lim, args.stages, args.reserve) for lim in limits for size in reversed(sizes)
                  for src in sources for b in batches]
         rows = F.run_tasks(F.throughput_rows, tasks, args.jobs)
         rows.sort(key=lambda r: (families.index(r["family"]), sizes.index(r["model"].split("-")[1]),
                                  r["memory_limit_gib"], r["global_batch"]))
-        csv_path = F.write_csv(f"{args.out}/fig12_throughput.csv", rows)
-        limit_gib = round(parse_memory_limit(args.memory_limit) / F.GIB, 3)
-        png = draw(rows, sources, families, sizes, batches, limit_gib, args.out)
-        print(F.source_text(sources))
-        for lim in sorted({r["memory_limit_gib"] for r in rows}):
-            print("\n".join(summary(rows, lim)))
-        print(f"wrote {png}\nwrote {csv_path}")
-        return 0
+        limit_gib = round(parse_memory_limit(args.memory_limit) / GiB, 3)
+        limits_gib = sorted({r["memory_limit_gib"] for r in rows})
+        return L.publish(args.out, "fig12_throughput", rows, sources,
+                         lambda: draw(rows, sources, families, sizes, batches, limit_gib, args.out),
+                         ["\n".join(summary(rows, lim)) for lim in limits_gib])
 
-    return F.cli_main("fig12_throughput", body)
+    return run_command("fig12_throughput", body)
 
 
 if __name__ == "__main__":

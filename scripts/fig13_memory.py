@@ -2,7 +2,9 @@
 """Fig. 13: simulated per-stage peak memory of the 28B models (p=8) for DAPPLE,
 DAPPLE+, Recomp-N, OHP-CMB, Strawman and Obscura against the 80 GiB limit.
 
-    python scripts/fig13_memory.py [--out results/figures] [--profile-dir results/h200]
+    python scripts/fig13_memory.py [--out DIR] [--profile-dir results/h200]
+
+--out defaults to figures_out/; `--out results/figures` regenerates the committed figure.
 
 Peak = weights (params + grads + optimizer state) + activations kept (the
 simulator's peak, or the planner's count if larger) + the recompute working set.
@@ -11,7 +13,9 @@ Writes fig13_memory.png and fig13_memory.csv (one row per system and stage).
 import argparse
 import sys
 
+import figlib as L
 from planner import figures as F
+from planner import paper as P
 
 SHOWN = ("dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman", "obscura")
 COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "recomp": "#55A868", "ohp_cmb": "#64B5CD",
@@ -19,7 +23,7 @@ COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "recomp": "#55A868", "o
 
 
 def draw(rows, sources, cases, out):
-    fig, axes = F.new_figure(len(cases), 1, (10.5, 3.2 * len(cases)))
+    fig, axes = L.new_figure(len(cases), 1, (10.5, 3.2 * len(cases)))
     width = 0.8 / len(SHOWN)
     for i, (model, batch) in enumerate(cases):
         ax = axes[i][0]
@@ -32,7 +36,7 @@ def draw(rows, sources, cases, out):
             ax.bar(xs, [r["weights_gib"] for r in mine], width, color=COLORS[name], alpha=0.45,
                    hatch="////", edgecolor="white", lw=0)
             ax.bar(xs, [r["activations_gib"] + r["working_gib"] for r in mine], width,
-                   bottom=[r["weights_gib"] for r in mine], color=COLORS[name], label=F.SYSTEMS[name])
+                   bottom=[r["weights_gib"] for r in mine], color=COLORS[name], label=P.SYSTEMS[name])
             for x, r in zip(xs, mine):
                 if not r["fits"]:
                     ax.text(x, r["peak_gib"] + 1, "OOM", rotation=90, ha="center", va="bottom", fontsize=5.5)
@@ -49,7 +53,7 @@ def draw(rows, sources, cases, out):
             ax.spines[side].set_visible(False)
     axes[0][0].legend(fontsize=6.5, frameon=False, ncol=len(SHOWN), loc="upper right")
     title = "Fig. 13: per-stage peak memory (hatched: weights + grads + optimizer state; solid: activations)"
-    return F.save_figure(fig, out, "fig13_memory", title, sources)
+    return L.save_figure(fig, out, "fig13_memory", title, sources)
 
 
 def table(rows, model, batch) -> list[str]:
@@ -59,16 +63,16 @@ def table(rows, model, batch) -> list[str]:
              f"{'system':<10}" + "".join(f"{s:>8}" for s in stages)]
     for name in SHOWN:
         mine = {r["stage"]: r for r in cell if r["system"] == name}
-        lines.append(f"{F.SYSTEMS[name]:<10}" + "".join(
+        lines.append(f"{P.SYSTEMS[name]:<10}" + "".join(
             f"{mine[s]['peak_gib']:>7.1f}{'' if mine[s]['fits'] else '!'}" for s in stages))
     return lines + ["('!' = over the limit)"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    F.add_common_args(ap, "28b", "32")
+    L.add_common_args(ap, "28b", "32")
     args = ap.parse_args(argv)
-    return F.per_case_figure("fig13_memory", args, F.memory_rows, draw, table)
+    return L.per_case_figure("fig13_memory", args, F.memory_rows, draw, table)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 aware recompute, + partition adjustment, + CMB-Identifying (= full Obscura), with
 the strawman and the no-recompute ceiling from the same runs.
 
-    python scripts/fig16_ablation.py [--out results/figures] [--profile-dir results/h200]
+    python scripts/fig16_ablation.py [--out DIR] [--profile-dir results/h200]
+
+--out defaults to figures_out/; `--out results/figures` regenerates the committed figure.
 
 Steps (planner switches): relaxation only = the obscura schedule with whole-unit
 recompute on the adjusted stages, no swapping, even partition, no CMB (ip, swap,
@@ -14,7 +16,10 @@ and fig16_ablation.csv (one row per step and global batch).
 import argparse
 import sys
 
+import figlib as L
+from obscura_jax.cli import run_command
 from planner import figures as F
+from planner import paper as P
 
 # colour, line style, marker, marker size (larger ones first so overlapping lines stay visible)
 STYLE = {"ceiling": ("#8C8C8C", ":", "s", 7), "strawman": ("#DD8452", "--", "v", 6),
@@ -22,11 +27,11 @@ STYLE = {"ceiling": ("#8C8C8C", ":", "s", 7), "strawman": ("#DD8452", "--", "v",
          "partition": ("#8172B3", "-", "x", 6), "cmb": ("#C44E52", "-", "o", 3)}
 
 
-STEPS = tuple(key for key, _ in F.ABLATION_STEPS)
+STEPS = tuple(key for key, _ in P.ABLATION_STEPS)
 
 
 def draw(rows, sources, models, out):
-    fig, axes = F.new_figure(1, len(models), (5.6 * len(models), 3.6))
+    fig, axes = L.new_figure(1, len(models), (5.6 * len(models), 3.6))
     for j, model in enumerate(models):
         ax = axes[0][j]
         cell = [r for r in rows if r["model"] == model]
@@ -53,7 +58,7 @@ def draw(rows, sources, models, out):
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
     title = f"Fig. 16: ablation, p={rows[0]['num_stages']}, {rows[0]['memory_limit_gib']:g} GiB per GPU"
-    return F.save_figure(fig, out, "fig16_ablation", title, sources)
+    return L.save_figure(fig, out, "fig16_ablation", title, sources)
 
 
 def table(rows, model) -> list[str]:
@@ -80,31 +85,27 @@ def table(rows, model) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    F.add_common_args(ap, "23b,28b", "16,32,64,128", families="llama2")
+    L.add_common_args(ap, "23b,28b", "16,32,64,128", families="llama2")
     args = ap.parse_args(argv)
 
     def body() -> int:
-        families, sizes, batches = F.common_inputs(args)
-        sources = [F.load_source(f, args.profile_dir, args.analytic) for f in families]
+        families, sizes, batches = L.common_inputs(args)
+        sources = L.load_sources(families, args.profile_dir, args.analytic)
         # largest batches first, so the slowest plans start early on the workers
         tasks = [(src, size, b, args.memory_limit, args.stages, run, args.reserve)
                  for b in sorted(batches, reverse=True) for src in sources for size in sizes
-                 for run in F.ABLATION_RUNS]
+                 for run in P.ABLATION_RUNS]
         rows = F.run_tasks(F.ablation_rows, tasks, args.jobs)
         for r in rows:
             r["num_stages"] = args.stages
         order = {k: i for i, k in enumerate(STYLE)}
         rows.sort(key=lambda r: (r["model"], r["global_batch"], order[r["step"]]))
-        csv_path = F.write_csv(f"{args.out}/fig16_ablation.csv", rows)
         models = list(dict.fromkeys(r["model"] for r in rows))
-        png = draw(rows, sources, models, args.out)
-        print(F.source_text(sources))
-        for model in models:
-            print("\n".join(table(rows, model)))
-        print(f"wrote {png}\nwrote {csv_path}")
-        return 0
+        return L.publish(args.out, "fig16_ablation", rows, sources,
+                         lambda: draw(rows, sources, models, args.out),
+                         ["\n".join(table(rows, model)) for model in models])
 
-    return F.cli_main("fig16_ablation", body)
+    return run_command("fig16_ablation", body)
 
 
 if __name__ == "__main__":

@@ -11,30 +11,39 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import sys
 import time
+
+import models
+from obscura_jax.cli import run_command
+from obscura_jax.commands.plan import render
+from planner.analytic import analytic_profile
+from planner.paper import PAPER_SPEEDUP
+from planner.plan import plan_search
+from planner.profile import derive_profile, load_profile
 
 ABLATION = (("relaxation only", dict(cmb=False, swap=False, partition=False, ip=False)),
             ("+ swapping-aware recompute", dict(cmb=False, swap=True, partition=False, ip=True)),
             ("+ partition adjustment", dict(cmb=False, swap=True, partition=True, ip=True)),
             ("+ CMB-Identifying (full planner)", dict(cmb=True, swap=True, partition=True, ip=True)))
-PAPER = "+22-27% (Llama-2 28B, 8x A100-80GB, Fig. 12)"
+_LOW, _HIGH = PAPER_SPEEDUP[("llama2", "28b")]
+PAPER = f"+{100 * (_LOW - 1):.0f}-{100 * (_HIGH - 1):.0f}% (Llama-2 28B, 8x A100-80GB, Fig. 12)"
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", help="obscura-profile/1 to use (default: analytic llama2-28b)")
     ap.add_argument("--device", default="A100-80GB", help="device of the analytic profile")
     ap.add_argument("--layers", type=int, default=88, help="layers to plan for (28B = 88)")
     ap.add_argument("--limit", default="80GiB")
     ap.add_argument("--microbatches", default="16,32,64")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    return run_command("plan_28b", lambda: report(args))
 
-    import models
-    from obscura_jax.commands.plan import render
-    from planner.analytic import analytic_profile
-    from planner.plan import plan_search
-    from planner.profile import derive_profile, load_profile
 
+def report(args) -> int:
+    """The markdown: plans and baselines per m, the ablation, each plan's table.
+    Long: one report, printed in the order it reads."""
     if args.profile:
         prof = derive_profile(load_profile(args.profile), args.layers)
     else:
@@ -72,7 +81,8 @@ def main() -> None:
         print(f"| {label} | " + " | ".join(row) + " |")
     for m in ms:
         print(f"\n## plan, m={m}\n\n```\n{render(prof, results[m])}\n```")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,6 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runnable without installing
 
+import models  # noqa: E402  (after the path insert)
+from obscura_jax.cli import run_command  # noqa: E402
+from planner.layouts.measured import BENCH_REVISION, FORMAT  # noqa: E402
+from schedules.jsonio import write_json_atomic  # noqa: E402
+
 
 def _csv(cast):
     return lambda text: tuple(cast(v) for v in text.split(",") if v.strip())
@@ -39,26 +44,23 @@ def main(argv=None) -> int:
                     help="also measure every policy at micro-batch > 1 (otherwise derived)")
     args = ap.parse_args(argv)
 
+    return run_command("sweep_layer_bench", lambda: bench(args, argv))
+
+
+def bench(args, argv) -> int:
+    """Measure the planned tasks within the budget, saving the file after each."""
     t_start = time.perf_counter()
-    import jax
+    import jax  # lazy (these three): JAX starts only once the flags are read, inside the timing
     import jax.numpy as jnp
     from planner.layouts.layer_bench import matmul_tflops, plan_tasks, run_bench
-    from planner.layouts.measured import BENCH_REVISION, FORMAT
-    from planner.layouts.model_shape import model_config
-    from schedules.jsonio import write_json_atomic
 
     tiny = args.tiny
     names = args.models or (("llama2-tiny",) if tiny else ("llama2-13b", "llama-30b"))
     seqs = args.seq_lens or ((32, 64) if tiny else (2048, 8192))
     batches = args.micro_batches or ((1, 2) if tiny else (1, 2, 4))
     budget = args.budget_s if args.budget_s is not None else (60.0 if tiny else 210.0)
-    try:
-        configs = {n: model_config(n).replace(num_layers=1,
-                                              max_seq_len=max(max(seqs), model_config(n).max_seq_len))
-                   for n in names}
-    except ValueError as e:
-        print(f"sweep_layer_bench: error: {e}", file=sys.stderr)
-        return 2
+    configs = {n: models.get_config(n).replace(num_layers=1, max_seq_len=max(
+        max(seqs), models.get_config(n).max_seq_len)) for n in names}
     tasks = plan_tasks(names, seqs, batches, args.attentions, args.policies, args.full_grid)
     dev = jax.devices()[0]
     compute = jnp.dtype(next(iter(configs.values())).compute_dtype)

@@ -21,3 +21,21 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def model_registry():
+    """Restore the model registry (families and configs) after a test that registers;
+    user modules it loaded are forgotten, so the next load registers them again."""
+    import sys
+
+    from models import config, registry
+
+    families, configs = dict(registry._FAMILIES), dict(config.CONFIGS)
+    yield registry
+    for name in [n for n in sys.modules if n.startswith("obscura_user_")]:
+        del sys.modules[name]
+    registry._FAMILIES.clear()
+    registry._FAMILIES.update(families)
+    config.CONFIGS.clear()
+    config.CONFIGS.update(configs)

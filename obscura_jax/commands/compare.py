@@ -1,5 +1,6 @@
-"""obscura compare: several schedules trained in ONE process on the same devices,
-model and data; one table, measured Gantt charts, one JSON per schedule.
+"""obscura compare: several schedules trained one after the other on the same devices,
+model and data (in one process, or in several with --processes N); one table,
+measured Gantt charts, one JSON per schedule.
 
     obscura compare --schedules 1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5 --out cmp
     obscura compare --demo --out demo_out      (what `make demo` runs)
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from obscura_jax.run_args import (add_model_data_args, add_schedule_args, choose_devices, fill_defaults,
-                                  run_config)
+from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
+                                           fill_defaults, run_config, run_with_processes)
+from obscura_jax.errors import UsageError
+from obscura_jax.report import compare_report, train_report
+from schedules.jsonio import write_json_atomic, write_text_atomic
 
 PLAIN = ("gpipe", "1f1b")
 ITEM_KEYS = {"adjusted": str, "swap_blocks": int, "swap_fraction": float, "adjusted_policy": str}
@@ -26,7 +30,7 @@ DEMO = dict(model="llama2-tiny", data="stdlib", devices="cpu:4", stages=4, micro
 
 def add_parser(sub):
     p = sub.add_parser(
-        "compare", help="run several schedules in one process: one table + measured Gantt charts",
+        "compare", help="run several schedules one after the other: one table + measured Gantt charts",
         description=__doc__.split("\n\n")[0])
     p.add_argument("--schedules", default=None,
                    help="comma list of schedules, each NAME[:key=value...] (default 1f1b,obscura)")
@@ -36,6 +40,7 @@ def add_parser(sub):
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs")
     add_schedule_args(p)
     add_model_data_args(p)
+    add_process_args(p)
     p.set_defaults(func=run)
 
 
@@ -49,16 +54,16 @@ def parse_items(text: str) -> list[tuple[str, dict]]:
         for opt in opts:
             key, sep, value = opt.partition("=")
             if not sep or key not in ITEM_KEYS:
-                raise ValueError(f"bad schedule option {opt!r} in {raw!r}: use key=value with key in "
+                raise UsageError(f"bad schedule option {opt!r} in {raw!r}: use key=value with key in "
                                  f"{', '.join(ITEM_KEYS)}")
             try:
                 kw[key] = ITEM_KEYS[key](value.replace("+", ",")) if key != "adjusted_policy" else \
                     tuple(value.split("+"))
             except ValueError:
-                raise ValueError(f"bad value {value!r} for {key} in {raw!r}") from None
+                raise UsageError(f"bad value {value!r} for {key} in {raw!r}") from None
         items.append((name, kw))
     if not items:
-        raise ValueError("--schedules lists no schedule")
+        raise UsageError("--schedules lists no schedule")
     return items
 
 
@@ -68,14 +73,21 @@ def run(args):
     preset.pop("schedules", None)
     fill_defaults(args, preset)
     items = parse_items(args.schedules)
-    place = choose_devices(args, args.stages or 4)   # before JAX starts
-    from obscura_jax.report import compare_report, train_report
-    from obscura_jax.trainer import summarize, train
-    from schedules.gantt import draw_gantt, draw_gantts
-    from schedules.jsonio import write_json_atomic
+    return run_with_processes(args, args.stages or 4, lambda place, group: _compare(args, items, place, group))
 
+
+def _compare(args, items, place, group) -> int:
+    """Every schedule in turn on the same devices; process 0 writes the outputs."""
+    # lazy (these two): JAX starts after the devices are chosen
+    from obscura_jax.api import measured_with_recompute, summarize
+    from obscura_jax.trainer import train
+    from schedules.gantt import draw_gantt, draw_gantts  # lazy: matplotlib
+
+    lead = group.is_leader
+    say = print if lead else (lambda *_: None)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if lead:
+        out.mkdir(parents=True, exist_ok=True)
     results, timelines, labels = [], [], []
     for name, kw in items:
         label = ":".join([name] + [f"{k}={v}" for k, v in kw.items()])
@@ -83,26 +95,33 @@ def run(args):
                     {"adjusted": args.adjusted, "swap_blocks": args.swap_blocks,
                      "swap_fraction": args.swap_fraction})
         cfg = run_config(args, schedule=name, **{**defaults, **kw})
-        print(f"== {label}")
-        outcome = train(cfg, place, progress=not args.no_progress)
+        say(f"== {label}")
+        outcome = train(cfg, place, progress=not args.no_progress, group=group)
         res = summarize(outcome)
         res["label"] = label
+        results.append(res)
+        if not lead:
+            continue
         print(train_report(res))
         stem = name if sum(1 for n, _ in items if n == name) == 1 else label.replace(":", "_").replace("=", "")
         write_json_atomic(out / f"{stem}.json", res)
         if outcome.timeline is not None:
-            draw_gantt(outcome.timeline, out / f"{stem}_measured.png", title=f"{label}: measured")
-            timelines.append(outcome.timeline)
+            measured = measured_with_recompute(outcome)
+            draw_gantt(measured, out / f"{stem}_measured.png", time_unit="s",
+                       title=f"{label}: measured (recompute: its measured share of B)")
+            timelines.append(measured)
             labels.append(f"{label}: measured, {res['iteration_time'] * 1e3:.1f} ms/iteration")
         if outcome.simulated is not None:
-            draw_gantt(outcome.simulated, out / f"{stem}_simulated.png", title=f"{label}: simulated from measured costs")
-        results.append(res)
+            draw_gantt(outcome.simulated, out / f"{stem}_simulated.png", time_unit="s",
+                       title=f"{label}: simulated from measured costs")
+    if not lead:
+        return 0
     if timelines:
-        draw_gantts(timelines, out / "measured.png", labels)
+        draw_gantts(timelines, out / "measured.png", labels, time_unit="s")
     table = compare_report(results)
     print()
     print(table)
-    (out / "table.txt").write_text(table + "\n")
+    write_text_atomic(out / "table.txt", table + "\n")
     write_json_atomic(out / "compare.json", {"format": "obscura-compare/1", "runs": results})
     print(f"wrote {out}/ (table.txt, compare.json, per-schedule JSON, measured.png and per-schedule Gantt PNGs)")
     return 0

@@ -3,6 +3,11 @@ residual bytes each recompute preset keeps per layer (measured from traced
 programs; no weight is allocated)."""
 from __future__ import annotations
 
+import models
+from obscura_jax.cli import add_model_module
+from schedules.jsonio import write_json_atomic
+from schedules.sizes import format_bytes
+
 
 def add_parser(sub):
     p = sub.add_parser(
@@ -14,15 +19,9 @@ def add_parser(sub):
     p.add_argument("--micro-batch", type=int, default=1, help="micro-batch size B (default 1)")
     p.add_argument("--attention", choices=("xla", "cudnn"), default=None,
                    help="attention implementation (default: the config's)")
-    p.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the full report as JSON (default: not written)")
+    add_model_module(p)
     p.set_defaults(func=run)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def format_report(info: dict) -> str:
@@ -37,24 +36,22 @@ def format_report(info: dict) -> str:
         f"{'unit kind':<10}{'params':>16}{'input kept':>14}",
     ]
     for kind, k in info["unit_kinds"].items():
-        lines.append(f"{kind:<10}{k['params']:>16,}{_fmt_bytes(k['input_bytes']):>14}")
+        lines.append(f"{kind:<10}{k['params']:>16,}{format_bytes(k['input_bytes']):>14}")
     lines += ["", f"{'policy':<11}{'residual/layer':>16}{'saving vs none':>16}  recomputed ops"]
     for name, p in info["policies"].items():
         ops = ",".join(p["recompute"]) or "-"
-        lines.append(f"{name:<11}{_fmt_bytes(p['residual_bytes_per_layer']):>16}"
+        lines.append(f"{name:<11}{format_bytes(p['residual_bytes_per_layer']):>16}"
                      f"{p['saving_vs_none']:>15.1%}  {ops}")
     lines += ["", f"{'op':<12}{'act bytes':>14}  (per micro-batch, measured from residuals)"]
     for kind, k in info["unit_kinds"].items():
         for op, v in k["ops"].items():
-            lines.append(f"{op:<12}{_fmt_bytes(v['act_bytes']):>14}  [{kind}]")
+            lines.append(f"{op:<12}{format_bytes(v['act_bytes']):>14}  [{kind}]")
     lines.append(f"'none' = {info['none_means']}")
     return "\n".join(lines)
 
 
 def run(args):
-    import models
-    from models.info import model_info
-    from schedules.jsonio import write_json_atomic
+    from models.info import model_info  # lazy: JAX
 
     overrides = {"attention_impl": args.attention} if args.attention else {}
     cfg = models.get_config(args.model, **overrides)

@@ -3,39 +3,72 @@
     obscura simulate --schedule recomp --stages 4 --microbatches 8 --adjusted all \\
         --fwd 1 --bwd 2 --recompute-time 1 --json sim.json --gantt sim.png
 
-Costs come from --fwd/--bwd/--recompute-time (+ --act-bytes, --host-bandwidth, ...,
-uniform over stages) or from --costs costs.json (a StageCosts JSON: keys are the
-StageCosts field names, see schedules/costs.py), not both. --schedule-json writes
-the schedule ("obscura-schedule/1"), --from-schedule simulates a schedule file.
+    obscura simulate --schedule interleaved --virtual-stages 2 --stages 4 --microbatches 8 \\
+        --fwd 0.5 --bwd 1 --trace t.json --torch-csv t.csv
+
+--stages is the pipeline depth p (devices); interleaved (--virtual-stages V) and
+zb-v build p*V model stages, and per-stage costs are per model stage. Costs come
+from --fwd/--bwd/--recompute-time (+ --input-grad-time/--weight-grad-time for a
+split backward's I and W, --act-bytes, --host-bandwidth, ..., uniform over stages)
+or from --costs costs.json (a StageCosts JSON: keys are the StageCosts field names,
+see schedules/costs.py), not both. --schedule-json writes the schedule
+("obscura-schedule/2"), --from-schedule simulates a schedule file (/2 or /1);
+--torch-csv / --from-torch-csv write / read torch.distributed.pipelining's
+compute_only CSV; --trace writes a Chrome trace-event JSON (ui.perfetto.dev).
 Pure Python: never imports JAX.
 """
 from __future__ import annotations
 
+from obscura_jax.errors import UsageError
+from schedules import StageCosts, generate, io, simulate
+from schedules.generators import SCHEDULES, model_stages
+from schedules.jsonio import read_json, write_json_atomic
+from schedules.text import timeline_ascii
+from schedules.torch_csv import load_torch_csv, save_torch_csv
+from schedules.trace import write_trace
+
 _COST_FLAGS = ("fwd", "bwd", "recompute_time", "act_bytes", "act_bytes_recompute", "host_bandwidth",
-               "p2p_latency", "p2p_bandwidth", "boundary_bytes")
+               "p2p_latency", "p2p_bandwidth", "boundary_bytes", "input_grad_time", "weight_grad_time",
+               "weight_grad_fraction")
 
 
 def add_parser(sub):
     p = sub.add_parser("simulate", help="simulate a pipeline schedule (no JAX)",
                        description="Generate or load a pipeline schedule and simulate it under a cost model.")
     g = p.add_argument_group("schedule")
-    g.add_argument("--schedule", help="generator name: gpipe, 1f1b, recomp, strawman, obscura")
-    g.add_argument("--from-schedule", metavar="PATH", help="simulate this schedule JSON instead of generating")
-    g.add_argument("--stages", metavar="P", help="pipeline stages")
-    g.add_argument("--microbatches", metavar="M", help="micro-batches per iteration")
+    g.add_argument("--schedule", help="generator name: gpipe, 1f1b, recomp, strawman, obscura, interleaved, "
+                                      "zb-h1, zb-v, obscura-interleaved, obscura-zb-h1 (default: none; required unless --from-schedule "
+                                      "or --from-torch-csv)")
+    g.add_argument("--from-schedule", metavar="PATH", help="simulate this schedule JSON instead of generating (default: generate --schedule)")
+    g.add_argument("--from-torch-csv", metavar="PATH",
+                   help="simulate this torch.distributed.pipelining compute_only CSV instead of generating "
+                        "(default: generate --schedule)")
+    g.add_argument("--stages", metavar="P", help="pipeline depth (devices) (default: none; required with --schedule)")
+    g.add_argument("--virtual-stages", metavar="V", help="model chunks per device, interleaved only (default 2)")
+    g.add_argument("--migrate", action="store_true",
+                   help="obscura-interleaved/-zb-h1: let forwards migrate (hold more micro-batches)")
+    g.add_argument("--microbatches", metavar="M", help="micro-batches per iteration (default: none; required with --schedule)")
     g.add_argument("--adjusted", metavar="K|all|none|LIST",
-                   help="recomputing stages: K = stages 0..K, 'all', 'none', or a list like 0,2")
+                   help="recomputing (adjusted) stages: K = stages 0..K, 'all', 'none', or a list like 0,2 "
+                        "(default: none for gpipe/1f1b/interleaved/zb-h1/zb-v; ALL stages for recomp, "
+                        "strawman, obscura and obscura-*, each recomputing --recompute)")
     g.add_argument("--recompute", default="full", metavar="NAMES",
-                   help="what adjusted stages recompute: op or preset names, comma-separated (default full)")
+                   help="what adjusted stages recompute: op or preset names, comma-separated (default: full)")
     g.add_argument("--swap-blocks", default="0", metavar="L|LIST",
                    help="lambda at the last adjusted stage (+1 per earlier stage) or one per stage")
     g.add_argument("--swap-fraction", default="0", metavar="BETA", help="share of a block swapped, in [0, 1]")
-    g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp) or caps (obscura)")
+    g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp/zb-h1) or caps "
+                                                   "(obscura; per device for obscura-interleaved/-zb-h1) "
+                                                   "(default: the generator's)")
     c = p.add_argument_group("costs (uniform over stages unless --costs)")
-    c.add_argument("--costs", metavar="PATH", help="StageCosts JSON (keys = StageCosts field names)")
+    c.add_argument("--costs", metavar="PATH", help="StageCosts JSON (keys = StageCosts field names) (default: uniform costs from the flags below)")
     c.add_argument("--fwd", help="forward time f (default 1)")
     c.add_argument("--bwd", help="backward time b (default 2)")
     c.add_argument("--recompute-time", help="recompute time r inside an adjusted backward (default 1)")
+    c.add_argument("--input-grad-time", help="I, the input-grad half of a split backward "
+                                             "(default: bwd * (1 - weight grad fraction))")
+    c.add_argument("--weight-grad-time", help="W, the weight-grad half (default: bwd * weight grad fraction)")
+    c.add_argument("--weight-grad-fraction", help="share of bwd a split backward's W takes (default 0.5)")
     c.add_argument("--act-bytes", help="activation bytes kept per micro-batch, no recompute (default 0)")
     c.add_argument("--act-bytes-recompute", help="the same on adjusted stages (default: --act-bytes)")
     c.add_argument("--host-bandwidth", help="bytes/time per direction to host (default inf)")
@@ -43,9 +76,11 @@ def add_parser(sub):
     c.add_argument("--p2p-bandwidth", help="bytes/time between stages (default inf)")
     c.add_argument("--boundary-bytes", help="bytes sent between stages per micro-batch (default 0)")
     o = p.add_argument_group("output")
-    o.add_argument("--json", metavar="OUT", help="write the Simulation JSON here")
-    o.add_argument("--schedule-json", metavar="SCHED", help="write the schedule JSON here")
-    o.add_argument("--gantt", metavar="PNG", help="draw a Gantt chart (PNG and SVG beside it)")
+    o.add_argument("--json", metavar="OUT", help="write the Simulation JSON here (default: not written)")
+    o.add_argument("--schedule-json", metavar="SCHED", help="write the schedule JSON here (default: not written)")
+    o.add_argument("--torch-csv", metavar="CSV", help="write the schedule as torch's compute_only CSV here (default: not written)")
+    o.add_argument("--trace", metavar="TRACE", help="write a Chrome trace-event JSON here (ui.perfetto.dev) (default: not written)")
+    o.add_argument("--gantt", metavar="PNG", help="draw a Gantt chart (PNG and SVG beside it) (default: not drawn)")
     o.add_argument("--ascii", action="store_true", help="also print a time-scaled text chart")
     p.set_defaults(func=run)
 
@@ -57,7 +92,7 @@ def _number(text, flag: str, *, integer: bool = False, default=None):
         value = int(text) if integer else float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
-        raise ValueError(f"--{flag} must be {kind}, got {text!r}") from None
+        raise UsageError(f"--{flag} must be {kind}, got {text!r}") from None
     return value
 
 
@@ -77,19 +112,18 @@ def _adjusted(text):
 
 
 def _costs(args, p: int):
-    from schedules import StageCosts
-    from schedules.jsonio import read_json
-
     given = [f for f in _COST_FLAGS if getattr(args, f) is not None]
     if args.costs:
         if given:
-            raise ValueError(f"--costs cannot be combined with --{given[0].replace('_', '-')}")
+            raise UsageError(f"--costs cannot be combined with --{given[0].replace('_', '-')}")
         costs = StageCosts.from_json(read_json(args.costs, "costs JSON"))
         if costs.num_stages != p:
-            raise ValueError(f"--costs describes {costs.num_stages} stages, the schedule has {p}")
+            raise UsageError(f"--costs describes {costs.num_stages} stages, the schedule has {p}")
         return costs
     num = {f: _number(getattr(args, f), f.replace("_", "-")) for f in _COST_FLAGS}
     act = num["act_bytes"] or 0.0
+    split = {k: (num[f],) * p for k, f in (("input_grad", "input_grad_time"), ("weight_grad", "weight_grad_time"))
+             if num[f] is not None}
     return StageCosts.uniform(
         p, fwd=1.0 if num["fwd"] is None else num["fwd"], bwd=2.0 if num["bwd"] is None else num["bwd"],
         recompute=1.0 if num["recompute_time"] is None else num["recompute_time"],
@@ -97,14 +131,17 @@ def _costs(args, p: int):
         boundary_bytes=num["boundary_bytes"] or 0.0,
         p2p_latency=num["p2p_latency"] or 0.0,
         p2p_bandwidth=float("inf") if num["p2p_bandwidth"] is None else num["p2p_bandwidth"],
-        host_bandwidth=float("inf") if num["host_bandwidth"] is None else num["host_bandwidth"])
+        host_bandwidth=float("inf") if num["host_bandwidth"] is None else num["host_bandwidth"],
+        weight_grad_fraction=0.5 if num["weight_grad_fraction"] is None else num["weight_grad_fraction"],
+        **split)
 
 
 def _table(schedule, timeline) -> str:
-    head = (f"{schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches, "
+    layout = "" if schedule.one_stage_per_device else f" on {schedule.num_devices} devices"
+    head = (f"{schedule.name}: {schedule.num_stages} stages{layout}, {schedule.num_microbatches} micro-batches, "
             f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}")
-    cols = ("stage", "compute", "recompute", "fwd bubble", "bwd bubble", "comm wait", "swap",
-            "peak in-flight", "peak act bytes")
+    cols = ("stage" if schedule.one_stage_per_device else "device", "compute", "recompute", "fwd bubble",
+            "bwd bubble", "comm wait", "swap", "peak in-flight", "peak act bytes")
     rows = [[str(s), f"{st.compute:.6g}", f"{st.recompute:.6g}", f"{st.forward_bubble:.6g}",
              f"{st.backward_bubble:.6g}", f"{st.comm_wait:.6g}", f"{st.swap:.6g}",
              str(st.peak_inflight_microbatches), f"{st.peak_activation_bytes:.4g}"]
@@ -114,34 +151,47 @@ def _table(schedule, timeline) -> str:
     return "\n".join([head, line(cols)] + [line(r) for r in rows])
 
 
-def run(args):
-    from schedules import generate, io, simulate
-    from schedules.jsonio import write_json_atomic
-    from schedules.text import timeline_ascii
+def _load(args):
+    """The schedule (generated, or from a file) and its costs."""
+    given = [f for f in ("from_schedule", "from_torch_csv") if getattr(args, f)]
+    if len(given) == 2:
+        raise UsageError("give --from-schedule or --from-torch-csv, not both")
+    if given:
+        if (args.schedule or args.stages or args.microbatches or args.adjusted or args.warmup
+                or args.virtual_stages or args.migrate):
+            raise UsageError(f"--{given[0].replace('_', '-')} takes the schedule from the file: drop --schedule/"
+                             "--stages/--microbatches/--adjusted/--warmup/--virtual-stages/--migrate")
+        schedule = io.load_schedule(args.from_schedule) if args.from_schedule else load_torch_csv(args.from_torch_csv)
+        return schedule, _costs(args, schedule.num_stages)
+    missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
+    if missing:
+        raise UsageError(f"simulate needs --{missing[0]} (or --from-schedule PATH)")
+    p = _number(args.stages, "stages", integer=True)
+    m = _number(args.microbatches, "microbatches", integer=True)
+    if p < 1:
+        raise UsageError(f"--stages must be >= 1, got {p}")
+    extra = {}
+    v = _number(args.virtual_stages, "virtual-stages", integer=True)
+    if v is not None:
+        extra["virtual_stages"] = v
+    if args.migrate:
+        if not args.schedule.startswith("obscura-"):
+            raise UsageError("--migrate applies to obscura-interleaved and obscura-zb-h1")
+        extra["migrate"] = True
+    costs = _costs(args, model_stages(args.schedule, p, v) if args.schedule in SCHEDULES else p)
+    extra["costs"] = costs
+    if args.warmup:
+        warm = _int_list(args.warmup, "warmup")
+        extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
+    recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+    schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
+                        swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
+                        swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
+    return schedule, costs
 
-    if args.from_schedule:
-        if args.schedule or args.stages or args.microbatches or args.adjusted or args.warmup:
-            raise ValueError("--from-schedule takes the schedule from the file: drop --schedule/--stages/"
-                             "--microbatches/--adjusted/--warmup")
-        schedule = io.load_schedule(args.from_schedule)
-        costs = _costs(args, schedule.num_stages)
-    else:
-        missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
-        if missing:
-            raise ValueError(f"simulate needs --{missing[0]} (or --from-schedule PATH)")
-        p = _number(args.stages, "stages", integer=True)
-        m = _number(args.microbatches, "microbatches", integer=True)
-        if p < 1:
-            raise ValueError(f"--stages must be >= 1, got {p}")
-        costs = _costs(args, p)
-        extra = {"costs": costs}
-        if args.warmup:
-            warm = _int_list(args.warmup, "warmup")
-            extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
-        recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
-        schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
-                            swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
-                            swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
+
+def run(args):
+    schedule, costs = _load(args)
     timeline = simulate(schedule, costs)
     print(_table(schedule, timeline))
     if args.ascii:
@@ -149,14 +199,20 @@ def run(args):
     if args.schedule_json:
         io.save_schedule(schedule, args.schedule_json)
         print(f"wrote {args.schedule_json}")
+    if args.torch_csv:
+        save_torch_csv(schedule, args.torch_csv)
+        print(f"wrote {args.torch_csv}")
     if args.json:
         data = timeline.to_json()
         data.update(num_microbatches=schedule.num_microbatches,
                     adjusted=list(schedule.adjusted_stages), costs=costs.to_json())
         write_json_atomic(args.json, data)
         print(f"wrote {args.json}")
+    if args.trace:
+        write_trace(timeline, args.trace)
+        print(f"wrote {args.trace}")
     if args.gantt:
-        from schedules.gantt import draw_gantt
+        from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
         for path in draw_gantt(timeline, args.gantt):
             print(f"wrote {path}")
     return 0

@@ -9,6 +9,14 @@ simulator; overlapped DP gradient traffic) and prints the layouts ranked by MFU.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
+
+import models
+from obscura_jax.cli import add_model_module
+from obscura_jax.errors import UsageError
+from planner.device import device_spec
+from schedules.jsonio import write_json_atomic
+from schedules.sizes import GiB, parse_bytes
 
 TOKENS_PER_BATCH = 4 * 1024 * 1024   # LLaMA's 4M-token global batch
 
@@ -17,7 +25,7 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         vals = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
     return vals
 
 
@@ -29,7 +37,7 @@ def _sp_list(text: str) -> tuple[bool, ...]:
     vals = []
     for v in _str_list(text):
         if v not in ("on", "off"):
-            raise ValueError(f"--sp takes on, off or on,off; got {v!r}")
+            raise UsageError(f"--sp takes on, off or on,off; got {v!r}")
         vals.append(v == "on")
     return tuple(vals)
 
@@ -44,39 +52,44 @@ def add_parser(sub):
                    help="sequences per iteration (default: the multiple of --gpus nearest to "
                         "4M tokens, i.e. 2048 at 2k, 512 at 8k on 64 GPUs)")
     p.add_argument("--gpu-memory", default="80GiB",
-                   help="memory per GPU, e.g. 80GiB (the layouts paper's A100s; default) or 141GB")
+                   help="memory per GPU, e.g. 80GiB (the layouts paper's A100s) or 141GB")
     p.add_argument("--memory-reserve", default="2GiB",
-                   help="memory kept free for CUDA context, workspaces, allocator slack (2GiB)")
+                   help="memory kept free for CUDA context, workspaces, allocator slack")
     p.add_argument("--measured", default=None, metavar="PATH",
-                   help="measured layer costs (scripts/sweep_layer_bench.py output; default: "
-                        "results/h200/sweep_layers.json when present, 'none' = analytic only)")
-    p.add_argument("--peak-tflops", type=float, default=989.0,
-                   help="MFU denominator per GPU (H200 bf16 dense: 989)")
-    p.add_argument("--matmul-tflops", type=float, default=789.0,
-                   help="achieved GEMM rate of the analytic model (789: 8192^3 bf16 on the H200)")
-    p.add_argument("--flash-tflops", type=float, default=450.0,
-                   help="achieved flash-attention rate, causal FLOPs executed (450)")
-    p.add_argument("--hbm-tbps", type=float, default=4.3, help="achieved HBM bandwidth (4.3 TB/s)")
+                   help="measured layer costs (scripts/sweep_layer_bench.py output), 'none' = analytic "
+                        "only (default: results/h200/sweep_layers.json when present)")
+    p.add_argument("--device", default="H200",
+                   help="GPU whose rates the analytic model uses (planner/device.py: H200, A100-80GB)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="override the device's MFU denominator (default: the device's; H200 bf16 dense: 989)")
+    p.add_argument("--matmul-tflops", type=float, default=None,
+                   help="override the device's achieved GEMM rate (default: the device's; H200: 791)")
+    p.add_argument("--flash-tflops", type=float, default=None,
+                   help="override the device's achieved flash-attention rate, causal FLOPs executed "
+                        "(default: the device's; H200: 593)")
+    p.add_argument("--hbm-tbps", type=float, default=None,
+                   help="override the device's achieved HBM bandwidth (default: the device's; H200: 3.36 TB/s)")
     p.add_argument("--nvlink-gbps", type=float, default=360.0,
-                   help="NCCL bus bandwidth inside a node (360 GB/s, NVLink 4)")
+                   help="NCCL bus bandwidth inside a node, GB/s (NVLink 4)")
     p.add_argument("--internode-gbps", type=float, default=45.0,
-                   help="per-GPU bus bandwidth between nodes (45 GB/s: 400 Gb/s NIC per GPU)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per NVLink node (8)")
-    p.add_argument("--micro-batches", default="1,2,4", help="micro-batch sizes (1,2,4)")
-    p.add_argument("--pp", default="1,2,4,8", help="pipeline-parallel sizes (1,2,4,8)")
-    p.add_argument("--tp", default="1,2", help="tensor-parallel sizes (1,2; 4,8 allowed)")
-    p.add_argument("--sp", default="off,on", help="sequence parallelism where TP > 1 (off,on)")
+                   help="per-GPU bus bandwidth between nodes, GB/s (45: a 400 Gb/s NIC per GPU)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per NVLink node")
+    p.add_argument("--micro-batches", default="1,2,4", help="micro-batch sizes")
+    p.add_argument("--pp", default="1,2,4,8", help="pipeline-parallel sizes")
+    p.add_argument("--tp", default="1,2", help="tensor-parallel sizes (4 and 8 allowed too)")
+    p.add_argument("--sp", default="off,on", help="sequence parallelism where TP > 1")
     p.add_argument("--policies", default="none,selective,mlp,cmb,full",
-                   help="recompute presets (none,selective,mlp,cmb,full)")
-    p.add_argument("--attention", default="xla,cudnn", help="attention implementations (xla,cudnn)")
+                   help="recompute presets")
+    p.add_argument("--attention", default="xla,cudnn", help="attention implementations")
     p.add_argument("--state", choices=("bf16", "fp32"), default="bf16",
                    help="bf16: bf16 params+grads, fp32 master+Adam (Megatron, the paper); "
                         "fp32: fp32 params+grads+Adam (this project's models)")
     p.add_argument("--no-zero1", action="store_true",
                    help="replicate optimizer state over DP (default: ZeRO-1 shards it)")
-    p.add_argument("--top", type=int, default=20, help="rows to print (20)")
-    p.add_argument("--json", metavar="PATH", help="write every layout (fitting or not) as JSON")
-    p.add_argument("--csv", metavar="PATH", help="write every layout as CSV")
+    p.add_argument("--top", type=int, default=20, help="rows to print")
+    p.add_argument("--json", metavar="PATH", help="write every layout (fitting or not) as JSON (default: not written)")
+    p.add_argument("--csv", metavar="PATH", help="write every layout as CSV (default: not written)")
+    add_model_module(p)
     p.set_defaults(func=run)
 
 
@@ -90,23 +103,30 @@ def _progress(done: int, total: int) -> None:
               file=sys.stderr, flush=True)
 
 
+def _device(args):
+    """The --device description with any rate the flags override."""
+    rates = {"peak_flops": args.peak_tflops, "matmul_flops": args.matmul_tflops,
+             "flash_attention_flops": args.flash_tflops}
+    changes = {k: v * 1e12 for k, v in rates.items() if v is not None}
+    if args.hbm_tbps is not None:
+        changes["hbm_bandwidth"] = args.hbm_tbps * 1e12
+    return replace(device_spec(args.device), **changes)
+
+
 def run(args):
+    # lazy (both): the sweep loads JAX (models' parameter counts)
     from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
-                                 load_measured, model_config, parse_bytes, run_sweep)
-    from planner.layouts.hardware import GiB
+                                 load_measured, run_sweep)
     from planner.layouts.report import header, table, trends, write_csv_atomic
-    from schedules.jsonio import write_json_atomic
 
     if args.seq_len < 1:
-        raise ValueError(f"--seq-len must be >= 1, got {args.seq_len}")
+        raise UsageError(f"--seq-len must be >= 1, got {args.seq_len}")
     if args.gpus < 1:
-        raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
+        raise UsageError(f"--gpus must be >= 1, got {args.gpus}")
     if args.top < 0:
-        raise ValueError(f"--top must be >= 0, got {args.top}")
-    cfg = model_config(args.model)
-    hw = Hardware(peak_flops=args.peak_tflops * 1e12, matmul_flops=args.matmul_tflops * 1e12,
-                  flash_attention_flops=args.flash_tflops * 1e12,
-                  hbm_bandwidth=args.hbm_tbps * 1e12, gpu_memory=parse_bytes(args.gpu_memory),
+        raise UsageError(f"--top must be >= 0, got {args.top}")
+    cfg = models.get_config(args.model)
+    hw = Hardware(device=_device(args), gpu_memory=parse_bytes(args.gpu_memory),
                   memory_reserve=parse_bytes(args.memory_reserve, allow_zero=True),
                   gpus_per_node=args.gpus_per_node, nvlink_bandwidth=args.nvlink_gbps * 1e9,
                   internode_bandwidth=args.internode_gbps * 1e9)
@@ -134,7 +154,7 @@ def run(args):
         print(f"note: {note}")
     if not result.fitting:
         smallest = result.results[0]
-        raise ValueError(
+        raise UsageError(
             f"no layout fits in {hw.gpu_memory / GiB:.1f} GiB per GPU; the smallest needs "
             f"{smallest.memory.total / GiB:.1f} GiB ({smallest.layout.label} "
             f"{smallest.layout.policy} {smallest.layout.attention})")

@@ -2,11 +2,15 @@
 
     obscura train --model llama2-tiny --stages 4 --microbatches 8 --schedule obscura \\
         --adjusted 1 --swap-blocks 2 --swap-fraction 0.5 --steps 20 --data stdlib --json run.json
+    obscura train ... --processes 4            (4 local processes; docs/multiprocess.md)
 """
 from __future__ import annotations
 
-from obscura_jax.run_args import (add_model_data_args, add_schedule_args, choose_devices, fill_defaults,
-                                  needed_stages, run_config)
+from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
+                                           fill_defaults, needed_stages, plan_preset, run_config,
+                                           run_with_processes)
+from obscura_jax.report import train_report
+from schedules.jsonio import write_json_atomic
 
 
 def add_parser(sub):
@@ -17,38 +21,58 @@ def add_parser(sub):
                     "from costs measured in the same run, per-stage peak memory, measured timeline.")
     p.add_argument("--schedule", default="1f1b",
                    help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
-    p.add_argument("--plan", default=None, metavar="PLAN.json", help="run a planner plan (schedule, partition, policies)")
+    p.add_argument("--plan", default=None, metavar="PLAN.json",
+                   help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
+                        "plan's model, layers, seq len and micro-batch become the defaults "
+                        "(default: no plan)")
+    p.add_argument("--plan-scale-down", action="store_true",
+                   help="run a plan made for another model (e.g. a 28B plan on llama2-tiny): its schedule, "
+                        "recompute sets and swapping on this model, the partition mapped proportionally "
+                        "onto its units; the run is labelled not comparable (default: off: such a plan is "
+                        "refused)")
     add_schedule_args(p)
     add_model_data_args(p)
+    add_process_args(p)
     g = p.add_argument_group("checkpoints and output")
-    g.add_argument("--checkpoint-dir", default=None, metavar="D", help="Orbax checkpoints of params, optimizer state, step")
+    g.add_argument("--checkpoint-dir", default=None, metavar="D", help="Orbax checkpoints of params, optimizer state, step (default: none saved)")
     g.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
     g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="also save every N steps (default: end only)")
-    g.add_argument("--gantt", default=None, metavar="PNG", help="draw the measured timeline (PNG + SVG)")
+    g.add_argument("--gantt", default=None, metavar="PNG",
+                   help="draw the measured timeline (PNG + SVG) (default: not drawn)")
     g.add_argument("--check", action="store_true",
                    help="also train the unpipelined model on one device and compare losses and params "
                         "(runs both with float32 matmul precision 'highest')")
-    g.add_argument("--json", default=None, metavar="OUT", help="write the run's measurements as JSON")
+    g.add_argument("--json", default=None, metavar="OUT", help="write the run's measurements as JSON (default: not written)")
     p.set_defaults(func=run)
 
 
 def run(args):
-    fill_defaults(args)
-    place = choose_devices(args, needed_stages(args))   # before JAX starts
-    from obscura_jax.report import train_report
-    from obscura_jax.trainer import summarize, train
-    from schedules.jsonio import write_json_atomic
+    preset = plan_preset(args.plan)
+    if args.model is not None and args.model != preset.get("model"):
+        preset = {}   # the plan's shape belongs to the plan's model
+    fill_defaults(args, preset)
+    return run_with_processes(args, needed_stages(args), lambda place, group: _train(args, place, group))
+
+
+def _train(args, place, group) -> int:
+    import jax  # lazy (these four): JAX starts after the devices are chosen
+    from obscura_jax.api import TrainResult, summarize
+    from obscura_jax.checks import check_against_reference
+    from obscura_jax.trainer import train
 
     cfg = run_config(args)
     if args.check:
         # GPUs run float32 matmuls in TF32 by default; the check compares exact float32.
-        import jax
         jax.config.update("jax_default_matmul_precision", "highest")
-    outcome = train(cfg, place, progress=not args.no_progress)
+    outcome = train(cfg, place, progress=not args.no_progress, group=group)
     res = summarize(outcome)
     if args.check:
-        from obscura_jax.checks import check_against_reference
-        res["check"] = check_against_reference(outcome)
+        from obscura_jax.distributed import gather_params  # lazy: only checks gather params
+        params = gather_params(outcome, group) if group.size > 1 else outcome.stage_params()
+        if group.is_leader:
+            res["check"] = check_against_reference(outcome, params)
+    if not group.is_leader:          # process 0 reports and writes for the whole run
+        return 0
     print(train_report(res))
     if args.check:
         c = res["check"]
@@ -56,8 +80,8 @@ def run(args):
               f"params max abs diff {c['params_max_abs_diff']:.2e} "
               f"({'equal' if c['equal'] else 'DIFFERENT'} at rtol {c['rtol']:.0e}, atol {c['atol']:.1e})")
     if args.gantt and outcome.timeline is not None:
-        from schedules.gantt import draw_gantt
-        draw_gantt(outcome.timeline, args.gantt, title=f"{res['schedule']} measured ({res['model']})")
+        TrainResult(res, outcome).gantt(args.gantt, title=f"{res['schedule']} measured ({res['model']}); "
+                                                         "recompute: its measured share of B")
         print(f"wrote {args.gantt}")
     if args.json:
         write_json_atomic(args.json, res)

@@ -28,10 +28,17 @@ missing points from these (measured.py, rules A and B).
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+import models
+from models.info import unit_residual_bytes
+from planner.layouts.measured import layer_key
+from planner.stopwatch import median_time
 
 POLICY_ORDER = ("none", "full", "selective", "mlp", "cmb")
 ANCHORS = ("none", "full")
@@ -74,33 +81,17 @@ def _is_oom(err: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() or "OOM" in text
 
 
-def _timed(fn, args, min_batch_s: float = 0.02, batches: int = 3) -> float:
-    """Median seconds per call over `batches` back-to-back batches (after a warm-up)."""
-    import jax
-    jax.block_until_ready(fn(*args))
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    one = max(time.perf_counter() - t0, 1e-6)
-    n = max(1, min(50, math.ceil(min_batch_s / one)))
-    samples = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(n):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / n)
-    return statistics.median(samples)
+def _timed(fn, args, min_sample_seconds: float = 0.02) -> float:
+    """Median seconds per call over 3 samples of back-to-back calls lasting ~20 ms."""
+    return median_time(lambda: fn(*args), 3, min_sample_seconds=min_sample_seconds)
 
 
 def matmul_tflops(n: int, dtype) -> float:
     """Achieved rate of one n^3 matmul through jax.jit, measured in this run."""
-    import jax
-    import jax.numpy as jnp
     a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
     b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(dtype)
     f = jax.jit(lambda a, b: a @ b)
-    return 2 * n ** 3 / _timed(f, (a, b), min_batch_s=0.05) / 1e12
+    return 2 * n ** 3 / _timed(f, (a, b), min_sample_seconds=0.05) / 1e12
 
 
 class LayerBench:
@@ -116,9 +107,6 @@ class LayerBench:
         return self.configs[task.model].replace(attention_impl=task.attention)
 
     def _inputs(self, task: Task):
-        import jax
-        import jax.numpy as jnp
-        import models
         cfg = self._cfg(task)
         if task.model not in self._params:
             self._params[task.model] = models.init_params(cfg, 0, unit_range=(1, 3))
@@ -132,8 +120,6 @@ class LayerBench:
         return cfg, self._params[task.model], x, dy
 
     def _forward_time(self, task: Task, cfg, params, x) -> float:
-        import jax
-        import models
         key = (task.model, task.seq_len, task.attention, task.micro_batch)
         if key not in self._fwd:
             stage = models.build_stage(cfg, (1, 3), "none")
@@ -141,9 +127,6 @@ class LayerBench:
         return self._fwd[key]
 
     def measure(self, task: Task) -> dict:
-        import jax
-        import models
-        from models.info import unit_residual_bytes
         cfg, params, x, dy = self._inputs(task)
         stage = models.build_stage(cfg, (1, 3), task.policy)
 
@@ -181,10 +164,8 @@ def run_bench(configs: dict, tasks: list[Task], budget_s: float, log=print,
     new shape compiles the forward too, ~10 s on the H200; another policy of a known
     shape ~1-2 s). `on_entry(entries)` runs after each task (the script saves the file
     there, so a killed run keeps what it measured)."""
-    import jax
-    from planner.layouts.model_shape import ModelShape
     bench = LayerBench(configs, log)
-    keys = {name: ModelShape.from_config(cfg).layer_key() for name, cfg in configs.items()}
+    keys = {name: layer_key(cfg) for name, cfg in configs.items()}
     start = time.perf_counter()
     entries = []
     on_gpu = jax.default_backend() == "gpu"

@@ -34,9 +34,12 @@ MLP split, TP scaling and TP collectives. Embedding and head stay analytic.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
+from models.config import ModelConfig
+from planner.errors import PlanError
+from planner.layouts.unit_costs import UnitModel
 from schedules.jsonio import read_json
 
 FORMAT = "obscura-sweep-layers/1"
@@ -48,6 +51,13 @@ BENCH_REVISION = 2
 STATUSES = ("measured", "oom", "skipped", "failed")
 LAYER_KEYS = ("family", "hidden", "num_heads", "num_kv_heads", "ffn_hidden", "compute_bytes")
 DEFAULT_PATH = Path("results") / "h200" / "sweep_layers.json"
+
+
+def layer_key(cfg: ModelConfig) -> dict:
+    """What identifies one transformer layer's cost in a measurement file."""
+    return {"family": cfg.family, "hidden": cfg.hidden, "num_heads": cfg.num_heads,
+            "num_kv_heads": cfg.num_kv_heads, "ffn_hidden": cfg.ffn_hidden,
+            "compute_bytes": cfg.compute_bytes}
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ def _num(where: str, v, allow_none: bool = False):
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise ValueError(f"{where} must be a number >= 0, got {v!r}")
+        raise PlanError(f"{where} must be a number >= 0, got {v!r}")
     return float(v)
 
 
@@ -72,10 +82,10 @@ class MeasuredLayers:
     def __init__(self, data: dict, path: str = "<data>"):
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             got = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"measured layer file {path}: format must be {FORMAT!r}, got {got!r}")
+            raise PlanError(f"measured layer file {path}: format must be {FORMAT!r}, got {got!r}")
         entries = data.get("entries")
         if not isinstance(entries, list):
-            raise ValueError(f"measured layer file {path}: 'entries' must be a list")
+            raise PlanError(f"measured layer file {path}: 'entries' must be a list")
         self.path = str(path)
         self.device = str(data.get("device", "unknown device"))
         revision = data.get("bench_revision", 1)
@@ -85,19 +95,19 @@ class MeasuredLayers:
         for i, e in enumerate(entries):
             where = f"measured layer file {path}: entry {i}"
             if not isinstance(e, dict):
-                raise ValueError(f"{where} is not an object")
+                raise PlanError(f"{where} is not an object")
             layer = e.get("layer")
             if not isinstance(layer, dict) or any(k not in layer for k in LAYER_KEYS):
-                raise ValueError(f"{where}: 'layer' needs {', '.join(LAYER_KEYS)}")
+                raise PlanError(f"{where}: 'layer' needs {', '.join(LAYER_KEYS)}")
             status = e.get("status")
             if status not in STATUSES:
-                raise ValueError(f"{where}: status must be one of {', '.join(STATUSES)}, got {status!r}")
+                raise PlanError(f"{where}: status must be one of {', '.join(STATUSES)}, got {status!r}")
             for k in ("seq_len", "micro_batch"):
                 if isinstance(e.get(k), bool) or not isinstance(e.get(k), int) or e[k] < 1:
-                    raise ValueError(f"{where}: {k} must be a positive integer, got {e.get(k)!r}")
+                    raise PlanError(f"{where}: {k} must be a positive integer, got {e.get(k)!r}")
             for k in ("attention", "policy"):
                 if not isinstance(e.get(k), str):
-                    raise ValueError(f"{where}: {k} must be a string, got {e.get(k)!r}")
+                    raise PlanError(f"{where}: {k} must be a string, got {e.get(k)!r}")
             if status == "measured":
                 for k in ("fwd_time", "bwd_time", "residual_bytes"):
                     _num(f"{where}: {k}", e.get(k))
@@ -179,30 +189,27 @@ def default_measured_path() -> Path | None:
     return None
 
 
-def calibrate(units: dict, analytic_tp1: dict, m: LayerMeasurement) -> tuple[dict, dict]:
+def calibrate(units: dict[str, UnitModel], analytic_tp1: dict[str, UnitModel], m: LayerMeasurement,
+              recompute: frozenset[str]) -> tuple[dict[str, UnitModel], dict[str, float]]:
     """Scale the analytic attention and MLP unit costs (at the layout's TP/SP) so that
-    the single-GPU layer matches the measurement field by field. TP collective time
-    is kept out of the scaling. Returns (units, the factors used)."""
-    a, b = analytic_tp1["attn"], analytic_tp1["mlp"]
+    the single-GPU layer under the recompute set `recompute` matches the measurement
+    field by field. TP collective time is kept out of the scaling. Returns (units,
+    the factors used)."""
+    a, b = analytic_tp1["attn"].profile(), analytic_tp1["mlp"].profile()
 
     def factor(measured: float, modelled: float) -> float:
         return measured / modelled if modelled > 0 else 1.0
 
-    f = {"fwd": factor(m.fwd, a.fwd + b.fwd),
-         "bwd": factor(m.bwd_none, a.bwd + b.bwd),
-         "recompute": factor(max(0.0, m.bwd - m.bwd_none), a.recompute + b.recompute),
-         "kept": factor(m.residual_bytes, a.kept_bytes + b.kept_bytes)}
+    f = {"fwd": factor(m.fwd, a.fwd_time + b.fwd_time),
+         "bwd": factor(m.bwd_none, a.bwd_time + b.bwd_time),
+         "recompute": factor(max(0.0, m.bwd - m.bwd_none),
+                             a.recompute_time(recompute) + b.recompute_time(recompute)),
+         "kept": factor(m.residual_bytes, a.kept_bytes(recompute) + b.kept_bytes(recompute))}
     # temp_bytes is not used: it is the XLA temp of ONE fused fwd+bwd program, where XLA
     # may fuse saved activations away (13B 2k: 229 MiB temp < 376 MiB of residuals); the
     # pipeline engine's split programs materialise every residual, so the analytic
     # transient stays.
     out = dict(units)
     for k in ("attn", "mlp"):
-        u = units[k]
-        out[k] = replace(
-            u, fwd=(u.fwd - u.comm_fwd) * f["fwd"] + u.comm_fwd,
-            bwd=(u.bwd - u.comm_bwd) * f["bwd"] + u.comm_bwd,
-            recompute=(u.recompute - u.comm_recompute) * f["recompute"] + u.comm_recompute,
-            kept_bytes=u.kept_bytes * f["kept"],
-            kept_bytes_none=u.kept_bytes_none * f["kept"])
+        out[k] = units[k].scaled(fwd=f["fwd"], bwd=f["bwd"], recompute=f["recompute"], kept=f["kept"])
     return out, f

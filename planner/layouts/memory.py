@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.layouts.model_shape import ModelShape
-from planner.layouts.unit_costs import UnitCost
+from models.config import ModelConfig
+from models.units import even_partition, unit_param_count
+from planner.errors import PlanError
+from planner.profile import unit_kinds
+from schedules.costs import StageCosts
 
 # Bytes per parameter: (params, grads, optimizer state).
 STATE_PRESETS = {
@@ -36,7 +39,7 @@ class TrainingState:
 
     def __post_init__(self) -> None:
         if self.name not in STATE_PRESETS:
-            raise ValueError(f"unknown training state {self.name!r}; valid: {', '.join(STATE_PRESETS)}")
+            raise PlanError(f"unknown training state {self.name!r}; valid: {', '.join(STATE_PRESETS)}")
 
     @property
     def param_bytes(self) -> float:
@@ -56,37 +59,31 @@ class TrainingState:
         return f"{self.name} state: {p:g}+{g:g} B/param (params+grads), optimizer {o:g} B/param {shard}"
 
 
-def replicated_params(kind: str, shape: ModelShape) -> int:
+def replicated_params(kind: str, cfg: ModelConfig) -> int:
     """Parameters TP does not split: norm scales (and GPT's norm biases and the
     row-parallel output biases), GPT's learned position table."""
-    d = shape.hidden
-    llama = shape.family == "llama"
+    d = cfg.hidden
+    llama = cfg.family == "llama"
     if kind in ("attn", "mlp"):
         return d if llama else 3 * d
     if kind == "head":
         return d if llama else 2 * d
-    return shape.embed_params - shape.vocab_size * d          # embed: positions (GPT)
+    return unit_param_count(cfg, "embed") - cfg.vocab_size * d          # embed: positions (GPT)
 
 
-def unit_params(kind: str, shape: ModelShape) -> int:
-    return {"attn": shape.attn_params, "mlp": shape.mlp_params, "embed": shape.embed_params,
-            "head": shape.head_params}[kind]
-
-
-def params_per_gpu(kinds: list[str], shape: ModelShape, tp: int) -> float:
+def params_per_gpu(kinds: list[str], cfg: ModelConfig, tp: int) -> float:
     total = 0.0
     for k in kinds:
-        rep = replicated_params(k, shape)
-        total += rep + (unit_params(k, shape) - rep) / tp
+        rep = replicated_params(k, cfg)
+        total += rep + (unit_param_count(cfg, k) - rep) / tp
     return total
 
 
-def stage_kinds(shape: ModelShape, pp: int) -> list[list[str]]:
+def stage_kinds(cfg: ModelConfig, pp: int) -> list[list[str]]:
     """Unit kinds of each stage under the project's even partition (embed on the first
     stage, head on the last)."""
-    from models.units import even_partition
-    kinds = ["embed"] + ["attn", "mlp"] * shape.num_layers + ["head"]
-    return [kinds[a:b] for a, b in even_partition(shape.num_units, pp)]
+    kinds = list(unit_kinds(cfg.num_layers))
+    return [kinds[a:b] for a, b in even_partition(cfg.num_units, pp)]
 
 
 @dataclass(frozen=True)
@@ -105,22 +102,21 @@ class StageMemory:
         return self.weights + self.activations + self.transient
 
 
-def weight_bytes(kinds: list[str], shape: ModelShape, tp: int, dp: int,
-                 state: TrainingState) -> float:
-    n = params_per_gpu(kinds, shape, tp)
+def sharded_weight_bytes(kinds: list[str], cfg: ModelConfig, tp: int, dp: int,
+                         state: TrainingState) -> float:
+    """Params + grads + optimizer state of `kinds` on one GPU: TP splits what it can,
+    ZeRO-1 also shards the optimizer state over DP."""
+    n = params_per_gpu(kinds, cfg, tp)
     opt_shards = dp if state.zero1 else 1
     return n * (state.param_bytes + state.grad_bytes) + n * state.optimizer_bytes / opt_shards
 
 
-def stage_memory(stages: list[list[str]], units: dict[str, UnitCost], shape: ModelShape,
-                 tp: int, dp: int, num_microbatches: int, state: TrainingState
-                 ) -> list[StageMemory]:
+def stage_memory(costs: StageCosts, stages: list[list[str]], transient: dict[str, float],
+                 num_microbatches: int) -> list[StageMemory]:
+    """Per stage of a 1F1B pipeline: weights and kept bytes from its StageCosts (the
+    policy's recompute set on every stage), the largest unit backward's transient."""
     p = len(stages)
-    out = []
-    for s, kinds in enumerate(stages):
-        out.append(StageMemory(
-            weights=weight_bytes(kinds, shape, tp, dp, state),
-            kept_per_microbatch=sum(units[k].kept_bytes for k in kinds),
-            inflight=min(p - s, num_microbatches),
-            transient=max(units[k].transient_bytes for k in kinds)))
-    return out
+    return [StageMemory(weights=costs.weight_bytes[s], kept_per_microbatch=costs.act_bytes_recompute[s],
+                        inflight=min(p - s, num_microbatches),
+                        transient=max(transient[k] for k in kinds))
+            for s, kinds in enumerate(stages)]

@@ -1,7 +1,7 @@
 """Analytic work of every named op of a transformer unit: FLOPs and HBM bytes of
 each kernel it launches, forward and backward, for one micro-batch.
 
-This is the roofline half of the sweep's layer cost model (layer_costs.py turns it
+This is the roofline half of the sweep's layer cost model (unit_costs.py turns it
 into seconds); it mirrors the ops of models/llama.py and models/gpt.py one by one,
 with the compute dtype of the config. A kernel's time is max(FLOPs / rate, bytes /
 HBM bandwidth), and an op's time is the sum over its kernels.
@@ -25,6 +25,8 @@ its scores inside every backward; flash recomputes them by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from planner.errors import PlanError
 
 MATMUL, FLASH, MEMORY = "matmul", "flash", "memory"
 ATTENTIONS = ("xla", "cudnn")
@@ -105,9 +107,9 @@ def layer_ops(family: str, *, hidden: int, num_heads: int, num_kv_heads: int, ff
     residual add, and attn_res/mlp_res are the next unit's input (kept there), so
     those keep nothing of their own."""
     if attention not in ATTENTIONS:
-        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+        raise PlanError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
     if family not in ("llama", "gpt"):
-        raise ValueError(f"unknown model family {family!r}; valid: llama, gpt")
+        raise PlanError(f"unknown model family {family!r}; valid: llama, gpt")
     c = compute_bytes
     n = float(micro_batch * seq_len)          # tokens
     d, f, hd = hidden, ffn_hidden, hidden // num_heads

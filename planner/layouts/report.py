@@ -3,13 +3,12 @@ layouts paper draws its conclusions from, and the CSV."""
 from __future__ import annotations
 
 import csv
-import io
 import os
-import tempfile
-from pathlib import Path
 
-from planner.layouts.hardware import GiB
+from models.units import count_params
 from planner.layouts.sweep import ANALYTIC, SCALED, SweepResult
+from schedules.jsonio import replace_atomically
+from schedules.sizes import GiB
 
 CSV_FIELDS = ("rank", "fits", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
               "num_microbatches", "policy", "attention", "cost_source", "memory_per_gpu_gib",
@@ -27,15 +26,15 @@ def _source_line(r: SweepResult) -> str:
 
 
 def header(r: SweepResult) -> list[str]:
-    hw, g = r.hardware, r.grid
+    hw, g, dev = r.hardware, r.grid, r.hardware.device
     return [
-        f"obscura sweep: {r.shape.name} ({r.shape.total_params / 1e9:.2f}B params), seq {r.seq_len}, "
+        f"obscura sweep: {r.cfg.name} ({count_params(r.cfg) / 1e9:.2f}B params), seq {r.seq_len}, "
         f"{g.gpus} GPUs, global batch {g.global_batch} ({g.global_batch * r.seq_len / 1e6:.2f}M tokens)",
         f"model FLOPs/token {r.flops_per_token / 1e9:.1f} GFLOP (6N + 12LHQT); MFU against "
-        f"{hw.peak_flops / 1e12:.0f} TFLOP/s; memory {hw.gpu_memory / GiB:.1f} GiB/GPU "
+        f"{dev.peak_flops / 1e12:.0f} TFLOP/s ({dev.name}); memory {hw.gpu_memory / GiB:.1f} GiB/GPU "
         f"({hw.memory_reserve / GiB:.1f} reserved)",
-        f"{r.state.describe()}; rates: matmul {hw.matmul_flops / 1e12:.0f}, flash attention "
-        f"{hw.flash_attention_flops / 1e12:.0f} TFLOP/s, HBM {hw.hbm_bandwidth / 1e12:.1f} TB/s, "
+        f"{r.state.describe()}; rates: matmul {dev.matmul_flops / 1e12:.0f}, flash attention "
+        f"{dev.flash_attention_flops / 1e12:.0f} TFLOP/s, HBM {dev.hbm_bandwidth / 1e12:.2f} TB/s, "
         f"NVLink {hw.nvlink_bandwidth / 1e9:.0f} GB/s, inter-node {hw.internode_bandwidth / 1e9:.0f} GB/s",
         _source_line(r) + "; pipeline: schedules.simulate(1f1b)",
         f"{len(r.results)} layouts evaluated, {len(r.fitting)} fit, "
@@ -120,19 +119,12 @@ def csv_rows(r: SweepResult) -> list[dict]:
 
 
 def write_csv_atomic(path: str | os.PathLike, r: SweepResult) -> None:
-    """Write the CSV so a crash never leaves a half-written file where a good one was."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
-    w.writeheader()
-    w.writerows(csv_rows(r))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the CSV atomically (schedules.jsonio.replace_atomically)."""
+    rows = csv_rows(r)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+    replace_atomically(path, write)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from models.config import ModelConfig
+from planner.errors import PlanError
+
 POLICIES = ("none", "selective", "mlp", "cmb", "full")
 ATTENTIONS = ("xla", "cudnn")
 
@@ -45,20 +48,20 @@ class Layout:
 def _ints(name: str, values) -> tuple[int, ...]:
     vals = tuple(values)
     if not vals:
-        raise ValueError(f"the {name} list is empty")
+        raise PlanError(f"the {name} list is empty")
     for v in vals:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} values must be positive integers, got {v!r}")
+            raise PlanError(f"{name} values must be positive integers, got {v!r}")
     return tuple(sorted(set(vals)))
 
 
 def _names(name: str, values, valid: tuple[str, ...]) -> tuple[str, ...]:
     vals = tuple(values)
     if not vals:
-        raise ValueError(f"the {name} list is empty")
+        raise PlanError(f"the {name} list is empty")
     bad = [v for v in vals if v not in valid]
     if bad:
-        raise ValueError(f"unknown {name} {bad[0]!r}; valid: {', '.join(valid)}")
+        raise PlanError(f"unknown {name} {bad[0]!r}; valid: {', '.join(valid)}")
     return tuple(v for v in valid if v in vals)
 
 
@@ -77,7 +80,7 @@ class LayoutGrid:
         for name in ("gpus", "global_batch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {v!r}")
+                raise PlanError(f"{name.replace('_', ' ')} must be a positive integer, got {v!r}")
         object.__setattr__(self, "micro_batches", _ints("micro-batch", self.micro_batches))
         object.__setattr__(self, "pps", _ints("PP", self.pps))
         object.__setattr__(self, "tps", _ints("TP", self.tps))
@@ -85,23 +88,23 @@ class LayoutGrid:
         object.__setattr__(self, "attentions", _names("attention", self.attentions, ATTENTIONS))
         sp = tuple(sorted(set(bool(v) for v in self.sequence_parallel)))
         if not sp:
-            raise ValueError("the sequence-parallel list is empty")
+            raise PlanError("the sequence-parallel list is empty")
         object.__setattr__(self, "sequence_parallel", sp)
 
 
-def _model_parallel_problem(shape, tp: int, pp: int, gpus_per_node: int) -> str | None:
+def _model_parallel_problem(cfg: ModelConfig, tp: int, pp: int, gpus_per_node: int) -> str | None:
     if tp > gpus_per_node:
         return f"TP {tp} spans more than a node ({gpus_per_node} GPUs)"
-    for what, n in (("heads", shape.num_heads), ("kv heads", shape.num_kv_heads),
-                    ("ffn hidden", shape.ffn_hidden)):
+    for what, n in (("heads", cfg.num_heads), ("kv heads", cfg.num_kv_heads),
+                    ("ffn hidden", cfg.ffn_hidden)):
         if n % tp:
             return f"{what} {n} not divisible by TP {tp}"
-    if pp > shape.num_units:
-        return f"PP {pp} exceeds the {shape.num_units} units"
+    if pp > cfg.num_units:
+        return f"PP {pp} exceeds the {cfg.num_units} units"
     return None
 
 
-def enumerate_layouts(grid: LayoutGrid, shape, gpus_per_node: int = 8
+def enumerate_layouts(grid: LayoutGrid, cfg: ModelConfig, gpus_per_node: int = 8
                       ) -> tuple[list[Layout], list[tuple[str, str]]]:
     """All layouts of the grid that the divisibility rules allow, and (description,
     reason) for every (micro-batch, TP, PP) combination that was skipped."""
@@ -114,7 +117,7 @@ def enumerate_layouts(grid: LayoutGrid, shape, gpus_per_node: int = 8
                 if grid.gpus % (pp * tp):
                     skipped.append((where, f"{grid.gpus} GPUs not divisible by PP*TP = {pp * tp}"))
                     continue
-                problem = _model_parallel_problem(shape, tp, pp, gpus_per_node)
+                problem = _model_parallel_problem(cfg, tp, pp, gpus_per_node)
                 if problem:
                     skipped.append((where, problem))
                     continue

@@ -9,15 +9,19 @@ of the same shape and seq when there are any); each row says which.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from models.config import ModelConfig
+from models.info import flops_per_token
+from planner.errors import PlanError
 from planner.layouts.hardware import Hardware
-from planner.layouts.measured import BENCH_REVISION, MeasuredLayers, calibrate
-from planner.layouts.memory import StageMemory, TrainingState, stage_kinds, stage_memory
-from planner.layouts.model_shape import ModelShape
+from planner.layouts.measured import BENCH_REVISION, MeasuredLayers, calibrate, layer_key
+from planner.layouts.memory import (StageMemory, TrainingState, sharded_weight_bytes, stage_kinds,
+                                    stage_memory)
 from planner.layouts.space import Layout, LayoutGrid, enumerate_layouts, explain_empty
-from planner.layouts.timing import IterationTime, iteration_time
-from planner.layouts.unit_costs import analytic_unit_costs
+from planner.layouts.timing import IterationTime, iteration_time, pipeline_costs
+from planner.layouts.unit_costs import UnitModel, analytic_units, layout_profile, recompute_ops
+from planner.profile import UNIT_KINDS
 
 ANALYTIC, MEASURED, DERIVED, SCALED = "analytic", "measured", "derived", "scaled"
 
@@ -52,7 +56,7 @@ class LayoutResult:
 
 @dataclass(frozen=True)
 class SweepResult:
-    shape: ModelShape
+    cfg: ModelConfig
     seq_len: int
     grid: LayoutGrid
     hardware: Hardware
@@ -69,7 +73,7 @@ class SweepResult:
         return tuple(r for r in self.results if r.fits)
 
     def to_json(self) -> dict:
-        return {"format": "obscura-sweep/1", "model": self.shape.name, "seq_len": self.seq_len,
+        return {"format": "obscura-sweep/1", "model": self.cfg.name, "seq_len": self.seq_len,
                 "gpus": self.grid.gpus, "global_batch": self.grid.global_batch,
                 "flops_per_token": self.flops_per_token,
                 "hardware": self.hardware.to_json(),
@@ -101,84 +105,89 @@ class _Costs:
     measured/analytic ratio of this shape and sequence length (labelled SCALED), so
     a table stays comparable; with no measured point at all they stay ANALYTIC."""
 
-    def __init__(self, shape, seq_len, hw, measured: MeasuredLayers | None, layouts):
-        self.shape, self.seq_len, self.hw, self.measured = shape, seq_len, hw, measured
+    def __init__(self, cfg: ModelConfig, seq_len: int, hw: Hardware, measured: MeasuredLayers | None,
+                 layouts):
+        self.cfg, self.seq_len, self.hw, self.measured = cfg, seq_len, hw, measured
         self._cache: dict = {}
         self._factors: dict = {}
         self.slowdowns: list[float] = []     # measured / analytic layer time, per point
         for key in sorted({(l.micro_batch, l.attention, l.policy) for l in layouts}):
-            m = None if measured is None else measured.lookup(shape.layer_key(), seq_len, *key)
+            m = None if measured is None else measured.lookup(layer_key(cfg), seq_len, *key)
             if m is not None:
-                tp1 = analytic_unit_costs(shape, seq_len, *key, 1, False, hw)
-                _, f = calibrate(tp1, tp1, m)
-                a = tp1["attn"].fwd + tp1["mlp"].fwd, tp1["attn"].bwd + tp1["mlp"].bwd
+                tp1 = analytic_units(cfg, seq_len, *key, 1, False, hw)
+                _, f = calibrate(tp1, tp1, m, recompute_ops(key[2], cfg.family))
+                a_attn, a_mlp = tp1["attn"].profile(), tp1["mlp"].profile()
+                a = a_attn.fwd_time + a_mlp.fwd_time, a_attn.bwd_time + a_mlp.bwd_time
                 self._factors[key] = (m, tp1)
                 self.slowdowns.append((f["fwd"] * a[0] + f["bwd"] * a[1]) / (a[0] + a[1]))
         self.scale = sum(self.slowdowns) / len(self.slowdowns) if self.slowdowns else None
 
-    def __call__(self, layout: Layout):
+    def __call__(self, layout: Layout) -> tuple[dict[str, UnitModel], str]:
         key = (layout.micro_batch, layout.attention, layout.policy, layout.tp, layout.sp)
         if key not in self._cache:
             self._cache[key] = self._compute(*key)
         return self._cache[key]
 
-    def _compute(self, mbs, attention, policy, tp, sp):
-        units = analytic_unit_costs(self.shape, self.seq_len, mbs, attention, policy, tp, sp, self.hw)
+    def _compute(self, mbs, attention, policy, tp, sp) -> tuple[dict[str, UnitModel], str]:
+        units = analytic_units(self.cfg, self.seq_len, mbs, attention, policy, tp, sp, self.hw)
         found = self._factors.get((mbs, attention, policy))
         if found is not None:
             m, tp1 = found
-            return calibrate(units, tp1, m)[0], m.source
+            return calibrate(units, tp1, m, recompute_ops(policy, self.cfg.family))[0], m.source
         if self.scale is None:
             return units, ANALYTIC
         k = self.scale
-        return {kind: replace(u, fwd=(u.fwd - u.comm_fwd) * k + u.comm_fwd,
-                              bwd=(u.bwd - u.comm_bwd) * k + u.comm_bwd,
-                              recompute=(u.recompute - u.comm_recompute) * k + u.comm_recompute)
-                if kind in ("attn", "mlp") else u for kind, u in units.items()}, SCALED
+        return {kind: u.scaled(fwd=k, bwd=k, recompute=k) if kind in ("attn", "mlp") else u
+                for kind, u in units.items()}, SCALED
 
 
-def evaluate_layout(layout: Layout, shape: ModelShape, seq_len: int, units: dict, source: str,
-                    stages: list[list[str]], state: TrainingState, hw: Hardware,
-                    flops_per_token: float) -> LayoutResult:
-    mem = stage_memory(stages, units, shape, layout.tp, layout.dp, layout.num_microbatches, state)
+def evaluate_layout(layout: Layout, cfg: ModelConfig, seq_len: int, units: dict[str, UnitModel],
+                    source: str, state: TrainingState, hw: Hardware,
+                    model_flops_per_token: float) -> LayoutResult:
+    """Memory of every stage; if the worst fits, the simulated iteration and MFU."""
+    stages = stage_kinds(cfg, layout.pp)
+    weights = {k: sharded_weight_bytes([k], cfg, layout.tp, layout.dp, state) for k in UNIT_KINDS}
+    label = f"{layout.label} {layout.policy} {layout.attention}"
+    profile = layout_profile(cfg, seq_len, layout.micro_batch, units, weights, hw, label)
+    recompute = recompute_ops(layout.policy, cfg.family)
+    costs = pipeline_costs(profile, cfg, layout, recompute, hw)
+    mem = stage_memory(costs, stages, {k: u.transient_bytes for k, u in units.items()},
+                       layout.num_microbatches)
     worst = max(range(len(mem)), key=lambda s: mem[s].total)
     fits = mem[worst].total <= hw.usable_memory
     if not fits:
         return LayoutResult(layout, source, mem[worst], worst, False)
-    t, _ = iteration_time(stages, units, layout, shape, seq_len, state, hw)
+    t, _ = iteration_time(costs, stages, layout, cfg, state, hw)
     tokens = layout.num_microbatches * layout.micro_batch * layout.dp * seq_len
     tps = tokens / t.total
-    mfu = tps * flops_per_token / (layout.gpus * hw.peak_flops)
+    mfu = tps * model_flops_per_token / (layout.gpus * hw.device.peak_flops)
     return LayoutResult(layout, source, mem[worst], worst, True, t, mfu, tps)
 
 
-def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
+def run_sweep(cfg: ModelConfig, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
               state: TrainingState | None = None, measured: MeasuredLayers | None = None,
               progress=None) -> SweepResult:
     """Evaluate every layout of `grid` for model config `cfg` at `seq_len`.
-    Raises ValueError (one line) when the grid admits no layout at all."""
+    Raises PlanError (one line) when the grid admits no layout at all."""
     hw = hw or Hardware()
     state = state or TrainingState()
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq len must be a positive integer, got {seq_len!r}")
-    shape = ModelShape.from_config(cfg)
-    layouts, skipped = enumerate_layouts(grid, shape, hw.gpus_per_node)
+        raise PlanError(f"seq len must be a positive integer, got {seq_len!r}")
+    layouts, skipped = enumerate_layouts(grid, cfg, hw.gpus_per_node)
     if not layouts:
-        raise ValueError(explain_empty(grid, skipped))
-    fpt = shape.flops_per_token(seq_len)
+        raise PlanError(explain_empty(grid, skipped))
+    fpt = float(flops_per_token(cfg, seq_len))
     notes = []
     if measured is not None and measured.stale:
         notes.append(f"ignored {measured.path}: written by a layer bench before revision "
                      f"{BENCH_REVISION} (its timings let XLA drop forward work, so recompute looked "
                      f"free); re-run scripts/sweep_layer_bench.py. Costs below are analytic")
         measured = None
-    costs = _Costs(shape, seq_len, hw, measured, layouts)
-    stages_of = {pp: stage_kinds(shape, pp) for pp in {l.pp for l in layouts}}
+    costs = _Costs(cfg, seq_len, hw, measured, layouts)
     results = []
     for i, layout in enumerate(layouts):
         units, source = costs(layout)
-        results.append(evaluate_layout(layout, shape, seq_len, units, source, stages_of[layout.pp],
-                                       state, hw, fpt))
+        results.append(evaluate_layout(layout, cfg, seq_len, units, source, state, hw, fpt))
         if progress is not None:
             progress(i + 1, len(layouts))
     fitting = sorted((r for r in results if r.fits), key=_rank_key)
@@ -192,6 +201,6 @@ def run_sweep(cfg, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
         notes.append(f"{scaled} of {len(results)} layouts have no measured or derived layer cost: "
                      f"their analytic times are scaled by {costs.scale:.2f}, the mean measured/"
                      f"analytic ratio of this file's points here ({lo:.2f}-{hi:.2f})")
-    return SweepResult(shape, seq_len, grid, hw, state, tuple(fitting + rest), tuple(skipped),
+    return SweepResult(cfg, seq_len, grid, hw, state, tuple(fitting + rest), tuple(skipped),
                        measured.path if measured else None, measured.device if measured else None,
                        fpt, tuple(notes))

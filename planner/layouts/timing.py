@@ -1,33 +1,44 @@
-"""Iteration time of a layout: the project's pipeline simulator over per-stage costs,
-then data-parallel gradient traffic and the optimizer step.
+"""Iteration time of a layout: the project's pipeline simulator (the judge) over the
+planner's StageCosts, then data-parallel gradient traffic and the optimizer step,
+which are added in closed form.
 
 Pipeline: `schedules.simulate(schedules.generate("1f1b", PP, m, adjusted="all" if
-the policy recomputes else None, recompute=(policy,)), StageCosts(...))` with
-per-stage forward / backward / recompute seconds summed over the stage's units (TP
-collectives included) and the boundary activation sent between stages.
-Placement is Megatron's rank order (TP fastest, then DP, then PP), so a stage's DP
-group spans TP*DP consecutive ranks and stage s talks to s+1 across TP*DP ranks:
-inside a node that is NVLink, otherwise the inter-node network.
+the policy recomputes else None, recompute=(policy,)), costs)` where `costs` is
+planner.costs.stage_costs over the layout's profile (unit_costs.layout_profile:
+forward / backward / recompute seconds with TP collectives, kept bytes) and the
+boundary activation sent between stages. Placement is Megatron's rank order (TP
+fastest, then DP, then PP), so a stage's DP group spans TP*DP consecutive ranks and
+stage s talks to s+1 across TP*DP ranks: inside a node that is NVLink, otherwise the
+inter-node network.
 
-Data parallelism, after the pipeline drains on each stage:
+Data parallelism, after the pipeline drains on each stage (closed form, not
+simulated):
   - gradients are reduce-scattered (ZeRO-1) or all-reduced, overlapped with the
     stage's last backward (bucketed, as Megatron's --overlap-grad-reduce): only the
     part longer than that backward is exposed;
   - with ZeRO-1 the updated parameters are all-gathered, overlapped with the next
     iteration's first forward (--overlap-param-gather): again only the excess counts;
   - the Adam step streams ~28 bytes per locally updated parameter through HBM.
-The iteration ends when the slowest stage has finished all of that.
+The iteration ends when the slowest stage has finished all of that. Against a
+simulation of every bucket the closed form is exact when the traffic hides (nothing
+is exposed) and pessimistic otherwise: it overlaps each collective with one compute
+op only (tests/planner/layouts/test_timing.py holds it to those bounds).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 
+import schedules
+from models.config import ModelConfig
+from models.units import even_partition
+from planner.costs import stage_costs
 from planner.layouts.hardware import Hardware
 from planner.layouts.memory import TrainingState, params_per_gpu
-from planner.layouts.model_shape import ModelShape
 from planner.layouts.space import Layout
-from planner.layouts.unit_costs import UnitCost, collective_time
+from planner.layouts.unit_costs import collective_time
+from planner.profile import Profile
+from schedules import StageCosts, Timeline
 
 ADAM_BYTES_PER_PARAM = 28.0   # read grad, master/param, m, v; write master/param, m, v
 
@@ -44,7 +55,6 @@ class IterationTime:
 
 @lru_cache(maxsize=256)
 def _schedule(pp: int, m: int, policy: str):
-    import schedules
     adjusted = None if policy == "none" else "all"
     return schedules.generate("1f1b", pp, m, adjusted=adjusted, recompute=(policy,))
 
@@ -58,34 +68,33 @@ def _p2p_bandwidth(layout: Layout, stage: int, hw: Hardware) -> float:
     return hw.nvlink_bandwidth if same_node else hw.internode_bandwidth
 
 
-def stage_costs(stages: list[list[str]], units: dict[str, UnitCost], layout: Layout,
-                shape: ModelShape, seq_len: int, hw: Hardware):
-    """StageCosts of the layout's pipeline (one GPU of each stage's TP group).
-    StageCosts has one p2p bandwidth, so boundaries inside a node carry their bytes
-    scaled by internode/NVLink bandwidth: the same transfer time, one field."""
-    from schedules import StageCosts
-    p = len(stages)
-    act = seq_len * layout.micro_batch * shape.hidden * shape.compute_bytes
+def pipeline_costs(profile: Profile, cfg: ModelConfig, layout: Layout, recompute: frozenset[str],
+                   hw: Hardware) -> StageCosts:
+    """StageCosts of the layout's pipeline (one GPU of each stage's TP group), from
+    the planner's producer over the even partition. The boundary bytes are the
+    activation a stage sends (SP shards it), unscaled by any layer measurement; and
+    as StageCosts has one p2p bandwidth (the inter-node one), boundaries inside a
+    node carry their bytes scaled by internode/NVLink bandwidth: the same transfer
+    time, one field."""
+    p = layout.pp
+    costs = stage_costs(profile, even_partition(profile.num_units, p), (recompute,) * p,
+                        p2p_latency=profile.p2p_latency if p > 1 else 0.0)
+    act = profile.seq_len * layout.micro_batch * cfg.hidden * cfg.compute_bytes
     if layout.sp:
         act /= layout.tp
     boundary = tuple(act * hw.internode_bandwidth / _p2p_bandwidth(layout, s, hw) if s < p - 1
                      else 0.0 for s in range(p))
-    total = lambda attr: tuple(sum(getattr(units[k], attr) for k in kinds) for kinds in stages)  # noqa: E731
-    return StageCosts(fwd=total("fwd"), bwd=total("bwd"), recompute=total("recompute"),
-                      act_bytes=total("kept_bytes_none"), act_bytes_recompute=total("kept_bytes"),
-                      boundary_bytes=boundary, p2p_latency=hw.p2p_latency if p > 1 else 0.0,
-                      p2p_bandwidth=hw.internode_bandwidth)
+    return costs.with_(boundary_bytes=boundary)
 
 
-def simulate_pipeline(layout: Layout, costs):
-    import schedules
+def simulate_pipeline(layout: Layout, costs: StageCosts) -> Timeline:
     return schedules.simulate(_schedule(layout.pp, layout.num_microbatches, layout.policy), costs)
 
 
-def dp_times(kinds: list[str], shape: ModelShape, layout: Layout, state: TrainingState,
+def dp_times(kinds: list[str], cfg: ModelConfig, layout: Layout, state: TrainingState,
              hw: Hardware) -> tuple[float, float, float]:
     """(gradient collective, parameter all-gather, optimizer step) seconds of one stage."""
-    n = params_per_gpu(kinds, shape, layout.tp)
+    n = params_per_gpu(kinds, cfg, layout.tp)
     d = layout.dp
     bw = hw.collective_bandwidth(layout.tp * d)
     lat = hw.collective_latency
@@ -96,14 +105,12 @@ def dp_times(kinds: list[str], shape: ModelShape, layout: Layout, state: Trainin
     else:
         grads = collective_time(n * state.grad_bytes, d, bw, lat, "all_reduce")
         gather, updated = 0.0, n
-    return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.hbm_bandwidth
+    return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
 
 
-def iteration_time(stages: list[list[str]], units: dict[str, UnitCost], layout: Layout,
-                   shape: ModelShape, seq_len: int, state: TrainingState, hw: Hardware
-                   ) -> tuple[IterationTime, object]:
-    """(IterationTime, the simulated Timeline)."""
-    costs = stage_costs(stages, units, layout, shape, seq_len, hw)
+def iteration_time(costs: StageCosts, stages: list[list[str]], layout: Layout, cfg: ModelConfig,
+                   state: TrainingState, hw: Hardware) -> tuple[IterationTime, Timeline]:
+    """(IterationTime, the simulated Timeline) of the pipeline `costs` describes."""
     timeline = simulate_pipeline(layout, costs)
     end, worst_exposed = 0.0, 0.0
     optimizer_worst = 0.0
@@ -111,7 +118,7 @@ def iteration_time(stages: list[list[str]], units: dict[str, UnitCost], layout: 
         ops = [o for o in timeline.ops if o.stage == s]
         last_b = max((o for o in ops if o.kind.value == "B"), key=lambda o: o.end)
         first_f = min((o for o in ops if o.kind.value == "F"), key=lambda o: o.start)
-        grads, gather, opt = dp_times(kinds, shape, layout, state, hw)
+        grads, gather, opt = dp_times(kinds, cfg, layout, state, hw)
         exposed = max(0.0, grads - last_b.duration) + max(0.0, gather - first_f.duration)
         end = max(end, last_b.end + exposed + opt)
         worst_exposed = max(worst_exposed, exposed)

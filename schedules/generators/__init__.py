@@ -3,15 +3,21 @@
 Every generator is a pure function
     gen(num_stages, num_microbatches, *, adjusted, recompute, swap_blocks,
         swap_fraction, costs=None, **extra) -> Schedule
-and each module's docstring shows its order for p=4, m=8.
+and each module's docstring shows its order for p=4, m=8. `num_stages` is the
+pipeline depth p, the number of devices; a generator that puts several model
+stages on a device (interleaved: V per device, zb-v: 2) builds p*V model stages
+(`model_stages` says how many), and `adjusted` and costs refer to those.
 """
 from __future__ import annotations
 
 from schedules.errors import ScheduleError
 from schedules.generators.gpipe import gpipe
+from schedules.generators.interleaved import interleaved
 from schedules.generators.obscura import obscura
+from schedules.generators.obscura_on import obscura_interleaved, obscura_zb_h1
 from schedules.generators.one_f_one_b import one_f_one_b, recomp
 from schedules.generators.strawman import strawman
+from schedules.generators.zero_bubble import zb_h1, zb_v
 from schedules.ir import Schedule
 from schedules.validator import validate
 
@@ -21,7 +27,22 @@ SCHEDULES = {
     "recomp": recomp,
     "strawman": strawman,
     "obscura": obscura,
+    "interleaved": interleaved,
+    "zb-h1": zb_h1,
+    "zb-v": zb_v,
+    "obscura-interleaved": obscura_interleaved,
+    "obscura-zb-h1": obscura_zb_h1,
 }
+CHUNKED = ("interleaved", "obscura-interleaved")      # take virtual_stages=V
+
+
+def model_stages(name: str, num_stages: int, virtual_stages: int | None = None) -> int:
+    """How many model stages `generate(name, num_stages, ...)` builds."""
+    if virtual_stages is not None and name not in CHUNKED:
+        raise ScheduleError(f"virtual stages apply to {' and '.join(CHUNKED)}, not {name!r}")
+    if name in CHUNKED:
+        return num_stages * (2 if virtual_stages is None else virtual_stages)
+    return 2 * num_stages if name == "zb-v" else num_stages
 
 
 def generate(name: str, num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",),

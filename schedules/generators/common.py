@@ -1,12 +1,12 @@
 """Shared pieces of the generators: the `adjusted` argument, the 1F1B-shaped row,
-and assembling a validated Schedule.
+and assembling a validated Schedule (one stage per device, or device rows).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind, Schedule, StageSpec
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule, StageSpec
 from schedules.validator import validate
 
 
@@ -69,13 +69,39 @@ def one_f_one_b_row(stage: int, num_microbatches: int, warmup: int) -> list[Acti
 
 
 def warmup_count(row: Sequence[Action]) -> int:
-    """Forwards listed before the first backward."""
+    """Forwards listed before the first backward (B or I)."""
     n = 0
     for a in row:
-        if a.kind == Kind.B:
+        if a.kind in BACKWARD_INPUT_KINDS:
             break
         n += a.kind == Kind.F
     return n
+
+
+def check_virtual_stages(virtual_stages) -> int:
+    if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 1:
+        raise ScheduleError(f"virtual stages must be an integer >= 1, got {virtual_stages!r}")
+    return virtual_stages
+
+
+def assemble_devices(name: str, num_microbatches: int, rows: Sequence[Sequence[Action]],
+                     stage_to_device: Sequence[int], adjusted: Sequence[int], recompute: tuple[str, ...],
+                     swap_fraction: float = 0.0) -> Schedule:
+    """A validated Schedule from device rows. A stage gets beta if any of its blocks
+    is swapped, and as lambda the number of its blocks evicted before its device's
+    first backward."""
+    p = len(stage_to_device)
+    specs = []
+    for s in range(p):
+        row = rows[stage_to_device[s]]
+        first_b = next((i for i, a in enumerate(row) if a.kind in BACKWARD_INPUT_KINDS), len(row))
+        lam = sum(1 for a in row[:first_b] if a.stage == s and a.kind == Kind.SO)
+        swapped = any(a.stage == s and a.kind == Kind.SO for a in row)
+        specs.append(StageSpec((), recompute if s in adjusted else (), swap_fraction if swapped else 0.0, lam))
+    schedule = Schedule(name, p, num_microbatches, tuple(specs), tuple(stage_to_device),
+                        tuple(tuple(r) for r in rows))
+    validate(schedule)
+    return schedule
 
 
 def assemble(name: str, num_microbatches: int, rows: Sequence[Sequence[Action]],

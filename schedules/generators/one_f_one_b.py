@@ -32,6 +32,7 @@ Recomp-0 (r=1: stage 0's backwards take b+r = 3), makespan 38:
 """
 from __future__ import annotations
 
+from schedules.errors import ScheduleError
 from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
                                           resolve_adjusted)
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
@@ -48,7 +49,6 @@ def _one_f_one_b(name, num_stages, num_microbatches, adjusted, recompute, swap_b
     else:
         warmup = tuple(warmup)
         if len(warmup) != p or not all(isinstance(w, int) and 1 <= w for w in warmup):
-            from schedules.errors import ScheduleError
             raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
     rows = [one_f_one_b_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)

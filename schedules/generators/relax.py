@@ -1,4 +1,12 @@
-"""Dependency relaxation: per-stage orders built by list scheduling under a cost model.
+"""Dependency relaxation: orders built by list scheduling under a cost model.
+
+Two policies. `relaxed_rows` (Obscura on 1F1B, one stage per device, F and B only)
+is the paper's: a relaxed stage alternates forward and backward and swaps the two
+when the preferred one is late. `relaxed_device_rows` relaxes any schedule (chunks,
+split backwards): a relaxed device runs the first action of its given row whose
+inputs are there. Both read the one dependency rule (schedules.deps).
+
+relaxed_rows:
 
 A relaxed stage, whenever it is free, prefers the kind it did not run last (1:1
 interleaving of forwards and backwards, as 1F1B, so downstream stages keep getting
@@ -17,14 +25,16 @@ from __future__ import annotations
 import heapq
 
 from schedules.costs import StageCosts
+from schedules.deps import dependency_keys, key_lag
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind
+from schedules.ir import Action, Kind, Schedule
 
 
 def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]],
                  caps: dict[int, int], costs: StageCosts, adjusted) -> tuple[list[list[Action]], float]:
     """Orders for all stages (fixed ones unchanged, the `caps` ones relaxed) and
-    their makespan under `costs` (adjusted stages' backwards include recompute)."""
+    their makespan under `costs` (adjusted stages' backwards include recompute).
+    Long: one event loop with the candidate rule inline."""
     p, m = num_stages, num_microbatches
     if set(fixed) | set(caps) != set(range(p)) or set(fixed) & set(caps):
         raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
@@ -44,16 +54,21 @@ def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[A
     events = [(0.0, s, s) for s in range(p)]
     seq = p
 
+    # What (s, F or B, x) waits on, from the one rule (schedules.deps): rows here hold
+    # F and B only, so the rule reads the same for every x; keep its shape per stage.
+    waits = {(s, is_f): [(d[0], d[1] == "F", lag[min(d[0], s)] if d[0] != s else 0.0)
+                         for d in dependency_keys((s, "F" if is_f else "B", 0), (), p)]
+             for s in range(p) for is_f in (True, False)}
+
     def ready_at(s: int, is_f: bool, x: int):
-        if is_f:
-            if s == 0:
-                return 0.0
-            e = end_f[s - 1][x]
-            return None if e is None else e + lag[s - 1]
-        if s == p - 1:
-            return end_f[s][x]
-        e = end_b[s + 1][x]
-        return None if e is None else e + lag[s]
+        """When (s, F or B, x)'s inputs are there, None if unknown yet."""
+        ready = 0.0
+        for ds, d_is_f, lg in waits[(s, is_f)]:
+            e = (end_f if d_is_f else end_b)[ds][x]
+            if e is None:
+                return None
+            ready = max(ready, e + lg)
+        return ready
 
     def candidates(s: int) -> list[bool]:      # True = forward
         if s in fixed:
@@ -114,3 +129,106 @@ def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[A
         raise ScheduleError(f"relaxed_rows: placed {placed} of {2 * m * p} actions (the fixed orders deadlock)")
     makespan = max(max(e for e in row if e is not None) for row in end_b)
     return rows, makespan
+
+
+def relaxed_device_rows(base: Schedule, caps: dict[int, int], costs: StageCosts
+                        ) -> tuple[list[list[Action]], float] | None:
+    """Dependency relaxation of any schedule (chunks, split backwards), by list
+    scheduling under `costs`: devices not in `caps` keep their row; a device in `caps`,
+    whenever it is free, runs the first action of its row (in the row's order) whose
+    inputs have arrived, keeping each stage's forwards, backward-input steps and
+    weight-grads in micro-batch order, and starting a forward only while fewer than
+    caps[d] blocks (stage, micro-batch) are held (forwarded, not yet freed by their W,
+    or B). A late backward thus lets a later forward or a W move left into its
+    bubble. Rows must hold compute actions only (swaps are added after). Returns the
+    rows and their makespan (what the simulator gives them under the same costs), or
+    None if the caps deadlock.
+    Long: one event loop keeps both device kinds."""
+    p = base.num_stages
+    where = base.stage_to_device
+    actions = {a for row in base.rows for a in row}
+    if any(not a.is_compute for a in actions):
+        raise ScheduleError("relaxed_device_rows: rows may hold compute actions only (add swaps afterwards)")
+    key = {a: (a.stage, a.kind.value, a.microbatch) for a in actions}
+    present = set(key.values())
+    split = {(a.stage, a.microbatch) for a in actions if a.kind == Kind.W}
+    lags = [costs.p2p_time(s) for s in range(p)]
+    deps = {a: [(d, key_lag(d, key[a], where, lags)) for d in dependency_keys(key[a], present, p)] for a in actions}
+    adjusted = set(base.adjusted_stages)
+
+    def duration(a: Action) -> float:
+        if a.kind is Kind.F:
+            return costs.fwd[a.stage]
+        if a.kind is Kind.W:
+            return costs.weight_grad_time(a.stage)
+        rec = costs.recompute[a.stage] if a.stage in adjusted else 0.0
+        half = a.kind is Kind.I or (a.stage, a.microbatch) in split
+        return (costs.input_grad_time(a.stage) if half else costs.bwd[a.stage]) + rec
+
+    def ready_at(a: Action) -> float | None:
+        r = 0.0
+        for dep, lg in deps[a]:
+            e = end.get(dep)
+            if e is None:
+                return None
+            r = max(r, e + lg)
+        return r
+
+    def queue(a: Action) -> tuple[int, str]:
+        return a.stage, "BI" if a.kind in (Kind.B, Kind.I) else a.kind.value
+
+    rows_in = [list(r) for r in base.rows]
+    n = len(rows_in)
+    end: dict[tuple, float] = {}
+    out: list[list[Action]] = [[] for _ in range(n)]
+    free_at = [0.0] * n
+    held = [0] * n
+    events = [(0.0, d, d) for d in range(n)]
+    seq = n
+    total = sum(len(r) for r in rows_in)
+    while events:
+        t, _, d = heapq.heappop(events)
+        if t < free_at[d] or not rows_in[d]:
+            continue
+        chosen, known = None, []
+        if d in caps:
+            seen: set[tuple[int, str]] = set()
+            for i, a in enumerate(rows_in[d]):
+                q = queue(a)
+                if q in seen:
+                    continue
+                seen.add(q)
+                if a.kind is Kind.F and held[d] >= caps[d]:
+                    continue
+                r = ready_at(a)
+                if r is not None and r <= t:
+                    chosen = i
+                    break
+                if r is not None:
+                    known.append(r)
+        else:
+            r = ready_at(rows_in[d][0])
+            if r is not None and r <= t:
+                chosen = 0
+            elif r is not None:
+                known.append(r)
+        if chosen is None:
+            if known:
+                heapq.heappush(events, (min(known), seq, d))
+                seq += 1
+            continue    # otherwise woken when something is placed
+        a = rows_in[d].pop(chosen)
+        e = t + duration(a)
+        end[key[a]] = e
+        out[d].append(a)
+        free_at[d] = e
+        if a.kind is Kind.F:
+            held[d] += 1
+        elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
+            held[d] -= 1
+        for other in range(n):
+            heapq.heappush(events, (max(e, free_at[other]), seq, other))
+            seq += 1
+    if len(end) != total:
+        return None
+    return out, max(end.values(), default=0.0)

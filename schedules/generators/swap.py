@@ -1,5 +1,9 @@
-"""Swap pass: insert SO/SI actions for lambda_s whole-micro-batch blocks per stage
+"""Swap pass: insert SO/SI actions for lambda_s whole-micro-batch blocks per row
 (the paper's swapping-aware recompute, section 5). Pure: rows in, new rows out.
+A row is a device's: with several stages on a device a block is one (stage,
+micro-batch), and lambda counts the device's blocks. A split backward's I needs the
+residuals like a full B does (the SI comes before it); the block stays resident
+until its W.
 
 Memory peaks when a forward starts (it allocates its block then), so the pass
 keeps R = w - lambda blocks resident at every forward's start (w = warm-up
@@ -30,13 +34,14 @@ from typing import Sequence
 
 from schedules.errors import ScheduleError
 from schedules.generators.common import warmup_count
-from schedules.ir import Action, Kind
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind
 
 
 def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int, ...]:
-    """Per-stage lambda. An int is lambda_K at the last adjusted stage K, with
-    lambda_{s-1} = lambda_s + 1 on earlier adjusted stages (capped at w_s - 1, so each
-    stage keeps one block resident); a tuple gives every stage's lambda explicitly."""
+    """Per-row lambda (`adjusted`: the rows, i.e. devices, that recompute). An int is
+    lambda_K at the last adjusted row K, with lambda_{s-1} = lambda_s + 1 on earlier
+    adjusted rows (capped at w_s - 1, so each row keeps one block resident); a tuple
+    gives every row's lambda explicitly."""
     p = len(rows)
     if isinstance(swap_fraction, bool) or not isinstance(swap_fraction, (int, float)) \
             or not 0.0 <= swap_fraction <= 1.0:
@@ -79,39 +84,42 @@ def add_swaps(rows: Sequence[Sequence[Action]], swap_blocks: Sequence[int]) -> l
 
 
 def _swap_row(row: list[Action], lam: int) -> list[Action]:
-    s = row[0].stage
-    compute = [a for a in row if a.kind in (Kind.F, Kind.B, Kind.W)]
+    compute = [a for a in row if a.is_compute]
+    split = {(a.stage, a.microbatch) for a in compute if a.kind == Kind.W}
     w = warmup_count(compute)
     target = w - lam                     # resident blocks kept once warm-up is over
-    first = max(0, w - lam - 2)          # first block evicted in warm-up
-    inflight: list[int] = []             # forwarded, not yet backwarded (oldest first)
-    evicted: deque[int] = deque()        # oldest evicted first
+    first = max(0, w - lam - 2)          # first block evicted in warm-up (by forward order)
+    inflight: list[tuple[int, int]] = []  # forwarded, not yet freed (oldest first)
+    evicted: deque[tuple[int, int]] = deque()   # oldest evicted first
     out: list[Action] = []
     in_warmup = True
+    forwards = 0
 
     def resident() -> int:
         return len(inflight) - len(evicted)
 
     for i, a in enumerate(compute):
-        x = a.microbatch
-        if a.kind == Kind.B:
+        blk = (a.stage, a.microbatch)
+        if a.kind in BACKWARD_INPUT_KINDS:
             in_warmup = False
-            if x in evicted:            # never happens with the rules above; keeps B safe anyway
-                evicted.remove(x)
-                out.append(Action(s, Kind.SI, x))
+            if blk in evicted:            # never happens with the rules above; keeps B safe anyway
+                evicted.remove(blk)
+                out.append(Action(a.stage, Kind.SI, a.microbatch))
         out.append(a)
         if a.kind == Kind.F:
-            inflight.append(x)
-            if (in_warmup and first <= x < first + lam) or not in_warmup:
-                out.append(Action(s, Kind.SO, x))
-                evicted.append(x)
-        elif a.kind == Kind.B:
-            inflight.remove(x)
+            inflight.append(blk)
+            if (in_warmup and first <= forwards < first + lam) or not in_warmup:
+                out.append(Action(a.stage, Kind.SO, a.microbatch))
+                evicted.append(blk)
+            forwards += 1
+        elif a.kind == Kind.W or (a.kind == Kind.B and blk not in split):
+            inflight.remove(blk)
         if in_warmup:
             continue
-        nxt = next((c for c in compute[i + 1:] if c.kind in (Kind.F, Kind.B)), None)
-        if a.kind == Kind.B and nxt is not None and nxt.kind == Kind.F:
+        nxt = next((c for c in compute[i + 1:] if c.kind == Kind.F or c.kind in BACKWARD_INPUT_KINDS), None)
+        if a.kind in BACKWARD_INPUT_KINDS and nxt is not None and nxt.kind == Kind.F:
             continue                    # the coming F + SO frees room first: load after it
         while evicted and resident() < target:
-            out.append(Action(s, Kind.SI, evicted.popleft()))
+            blk = evicted.popleft()
+            out.append(Action(blk[0], Kind.SI, blk[1]))
     return out

@@ -41,7 +41,7 @@ def _assert_same(got, want):
         np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL, err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize("preset", models.POLICY_PRESETS)
+@pytest.mark.parametrize("preset", models.preset_names("llama"))
 def test_presets_give_reference_loss_and_grads(tiny, reference, preset):
     _assert_same(_loss_and_grads(tiny, preset), reference)
 

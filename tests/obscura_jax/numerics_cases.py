@@ -6,7 +6,6 @@ single-device model (whole batch as one), step-1 gradients likewise, and the fin
 params within rtol 1e-5 (plus checks.tolerances' absolute term for Adam, see there)."""
 import jax
 import numpy as np
-import pytest
 
 import models
 from obscura_jax.checks import tolerances
@@ -47,6 +46,15 @@ def make_reference(model):
 IDS = [f"{n}-{k}" for n, k in CASES]
 
 
+def adam_bound(ref_grad, atol, run):
+    """Per-element absolute bound on the final params. Where the step-1 reference
+    gradient is rounding noise (|g| <= 1e-6 max|g|; seen: -2.8e-9 against 2.6e-2 in
+    gpt3-tiny's head), Adam's update g/sqrt(v) has the sign of that noise, so a correct
+    pipeline may move the element the other way: up to 2 lr per step."""
+    noise = np.abs(ref_grad) <= 1e-6 * np.abs(ref_grad).max()
+    return np.where(noise, 2 * run.learning_rate * run.steps, atol)
+
+
 def check_pipeline_equals_plain_model(reference, schedule, kw):
     model, cfg, ref_losses, ref_params, ref_grads, data = reference
     run = run_config(model, schedule, **kw)
@@ -64,8 +72,12 @@ def check_pipeline_equals_plain_model(reference, schedule, kw):
     got = out.stage_params()
     assert sorted(got) == sorted(ref_params)
     for name in ref_params:
-        for a, b in zip(jax.tree.leaves(got[name]), jax.tree.leaves(ref_params[name]), strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=name)
+        for a, b, g in zip(jax.tree.leaves(got[name]), jax.tree.leaves(ref_params[name]),
+                           jax.tree.leaves(ref_grads[name]), strict=True):
+            a, b = np.asarray(a), np.asarray(b)
+            bound = adam_bound(np.asarray(g), atol, run)
+            worst = np.abs(a - b) - (bound + rtol * np.abs(b))
+            assert worst.max() <= 0, f"{name}: max excess {worst.max():.3g} at {np.unravel_index(worst.argmax(), a.shape)}"
 
     # Step-1 gradients from fresh state: Adam would hide a wrong gradient scale.
     states = pipe.init_state(0)

@@ -1,140 +1,109 @@
-"""`obscura train` end to end through obscura_jax.cli.main: the JSON contract,
-checkpoint/resume, and bad input (one line, exit 2, nothing overwritten). All runs
-share one small shape so the compiled stage programs are reused."""
-import json
-import os
-
-import numpy as np
+"""How the `obscura` command line (and every script, through run_command) ends:
+only the ObscuraError family and file problems are user errors (one line, exit 2);
+anything else is a bug (traceback, a line asking to report it, exit 1)."""
 import pytest
 
-from obscura_jax.cli import main
+from models.errors import ObscuraError
+from obscura_jax import cli
+from obscura_jax.commands import simulate
+from obscura_jax.errors import RunError, UsageError
+from planner.errors import PlanError, ProfileError
+from schedules.errors import ScheduleError
 
-BASE = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "4",
-        "--micro-batch-size", "2", "--seq-len", "16", "--devices", "cpu:4", "--no-progress",
-        "--cost-reps", "1"]
-
-
-def train(*extra):
-    return main(BASE + list(extra))
-
-
-def snapshot(d):
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            path = os.path.join(root, f)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, d)] = fh.read()
-    return out
+SIMULATE = ["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2"]
 
 
-def test_train_json_and_gantt(tmp_path, capsys):
-    out = tmp_path / "run.json"
-    png = tmp_path / "tl.png"
-    assert train("--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "1", "--swap-fraction", "0.5",
-                 "--steps", "3", "--json", str(out), "--gantt", str(png), "--check") == 0
-    res = json.loads(out.read_text())
-    assert len(res["losses"]) == 3 and all(np.isfinite(res["losses"]))
-    assert res["check"]["equal"] and res["check"]["max_loss_rel_diff"] <= 1e-5
-    for key in ("iteration_time", "simulated_iteration_time", "tokens_per_second"):
-        assert res[key] > 0
-    assert len(res["stages"]) == 4
-    for st in res["stages"]:
-        assert st["peak_bytes"] > st["weight_bytes"] > 0
-        assert st["residual_bytes_per_microbatch"] > 0 and st["simulated_peak_bytes"] > 0
-    # Adjusted stages run full recompute: fewer residual bytes than the plain stages.
-    assert res["stages"][0]["policy"]["name"] == "full" and res["stages"][3]["policy"]["name"] == "none"
-    assert res["stages"][1]["residual_bytes_per_microbatch"] < res["stages"][2]["residual_bytes_per_microbatch"]
-    assert res["swap"]["bytes_out"] > 0 and res["swap"]["bytes_out"] == res["swap"]["bytes_in"]
-    tl = res["timeline"]
-    assert tl["num_stages"] == 4 and tl["makespan"] > 0
-    measured_ops = sum(len(s["ops"]) for s in tl["stages"])
-    assert measured_ops == sum(len(s["ops"]) for s in res["simulated_timeline"]["stages"]) > 4 * 4 * 2
-    assert png.exists() and png.with_suffix(".svg").exists()
-    printed = capsys.readouterr().out
-    assert "iteration time" in printed and "check vs unpipelined model" in printed
+def test_an_internal_bug_shows_its_traceback_and_exits_1(monkeypatch, capsys):
+    def broken(args):
+        return {}["no such key"]       # a bug, not bad input
+    monkeypatch.setattr(simulate, "run", broken)
+    rc = cli.main(SIMULATE)
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "Traceback (most recent call last)" in err and "KeyError: 'no such key'" in err
+    assert err.strip().splitlines()[-1] == \
+        "obscura: internal error (a bug): please report it with the traceback above"
 
 
-def test_resume_gives_the_uninterrupted_step_3_loss(tmp_path):
-    whole, first, second = (tmp_path / n for n in ("whole.json", "first.json", "second.json"))
-    ck = tmp_path / "ck"
-    common = ["--schedule", "1f1b", "--data", "stdlib"]
-    assert train(*common, "--steps", "3", "--json", str(whole)) == 0
-    assert train(*common, "--steps", "2", "--checkpoint-dir", str(ck), "--json", str(first)) == 0
-    saved = snapshot(ck)
-    # A fresh run may not reuse a directory holding checkpoints...
-    assert train(*common, "--steps", "3", "--checkpoint-dir", str(ck)) == 2
-    # ...a run with bad input fails before touching it...
-    assert train("--schedule", "nonesuch", "--steps", "3", "--checkpoint-dir", str(ck), "--resume") == 2
-    assert snapshot(ck) == saved
-    # ...and a resumed run (here with another schedule: same math) continues at step 3.
-    assert train("--schedule", "gpipe", "--data", "stdlib", "--steps", "3", "--checkpoint-dir", str(ck),
-                 "--resume", "--json", str(second)) == 0
-    w, a, b = (json.loads(p.read_text()) for p in (whole, first, second))
-    assert a["steps"] == [1, 2] and b["steps"] == [3] and b["start_step"] == 2
-    np.testing.assert_allclose(a["losses"], w["losses"][:2], rtol=1e-6)
-    np.testing.assert_allclose(b["losses"], w["losses"][2:], rtol=1e-6)
-    # The older checkpoint stays until the new one is complete (both kept).
-    assert {"2", "3"} <= set(os.listdir(ck))
-    # Resuming with a different partition is refused.
-    assert train("--schedule", "1f1b", "--stages", "2", "--data", "stdlib", "--steps", "5",
-                 "--checkpoint-dir", str(ck), "--resume") == 2
+def test_a_user_error_is_one_line_and_exits_2(capsys):
+    rc = cli.main(["simulate", "--schedule", "1f1b", "--stages", "0", "--microbatches", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines() == ["obscura: error: --stages must be >= 1, got 0"]
 
 
-BAD = [
-    (["--schedule", "nonesuch"], "unknown schedule"),
-    (["--stages", "11"], "11"),                      # llama2-tiny has 10 units
-    (["--devices", "cpu:0"], "N >= 1"),
-    (["--devices", "cpu:64"], "only"),
-    (["--stage-devices", "0,1,2,99"], "does not exist"),
-    (["--data", "/nonexistent/tokens.bin"], "not found"),
-    (["--policy", "nonesuch"], "nonesuch"),
-    (["--swap-fraction", "1.5"], "swap"),
-    (["--resume"], "--checkpoint-dir"),
-    (["--schedule", "1f1b", "--plan", "/nonexistent/plan.json"], "not found"),
-]
+def test_a_file_problem_names_the_file(tmp_path, capsys):
+    rc = cli.run_command("obscura", lambda: open(tmp_path / "missing.json").read())
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines() == [f"obscura: error: {tmp_path / 'missing.json'}: No such file or directory"]
 
 
-@pytest.mark.parametrize("extra, msg", BAD, ids=[" ".join(e) for e, _ in BAD])
-def test_bad_input_is_one_line_exit_2(extra, msg, capsys, tmp_path):
-    assert train(*extra, "--steps", "1", "--json", str(tmp_path / "x.json")) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("obscura: error:") and msg in err and "\n" not in err
-    assert not (tmp_path / "x.json").exists()
+@pytest.mark.parametrize("error", [ObscuraError, UsageError, RunError, PlanError, ProfileError, ScheduleError])
+def test_the_whole_family_is_a_user_error(error, capsys):
+    def body():
+        raise error("first line\nsecond line")
+    assert cli.run_command("prog", body) == 2
+    assert capsys.readouterr().err == "prog: error: first line\n"
 
 
-def test_invalid_schedule_file(tmp_path, capsys):
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": "obscura-schedule/1", "name": "broken", "num_stages": 2,
-                               "num_microbatches": 1,
-                               "stages": [{"actions": ["F0", "B0"]}, {"actions": ["B0", "F0"]}]}))
-    assert train("--schedule", str(bad), "--stages", "2") == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("obscura: error:") and "\n" not in err
+def test_plain_value_errors_are_bugs_now(capsys):
+    def body():
+        raise ValueError("a bare ValueError")
+    assert cli.run_command("prog", body) == 1
+    assert "ValueError: a bare ValueError" in capsys.readouterr().err
 
 
-def test_plan_runs_its_partition_policies_and_order(tmp_path):
-    """A plan (obscura-plan/1) with an uneven partition, a per-op recompute set and
-    swapping on stage 0 trains with the plan's settings and the plain math."""
-    stages = [{"units": [0, 4], "adjusted": True, "recompute": ["mlp_act", "mlp_mul"], "swap_blocks": 1,
-               "swap_fraction": 0.5, "predicted_peak_bytes": 0},
-              {"units": [4, 5], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
-              {"units": [5, 7], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
-              {"units": [7, 10], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0}]
-    plan = {"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4, "memory_limit": 10**9,
-            "schedule": "obscura", "stages": stages, "predicted_iteration_time": 0.0,
-            "baselines": {"dapple": None}}
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    out, ref = tmp_path / "plan_run.json", tmp_path / "gpipe.json"
-    assert main(BASE[:3] + BASE[7:] + ["--plan", str(tmp_path / "plan.json"), "--steps", "2",
-                                      "--json", str(out)]) == 0
-    assert train("--schedule", "gpipe", "--steps", "2", "--json", str(ref)) == 0
-    res, base = json.loads(out.read_text()), json.loads(ref.read_text())
-    assert [st["units"] for st in res["stages"]] == [[0, 4], [4, 5], [5, 7], [7, 10]]
-    assert res["stages"][0]["policy"]["recompute"] == ["mlp_act", "mlp_mul"]
-    assert [st["policy"]["name"] for st in res["stages"][1:]] == ["none"] * 3
-    assert res["adjusted_stages"] == [0] and res["swap"]["bytes_out"] > 0
-    np.testing.assert_allclose(res["losses"], base["losses"], rtol=1e-5)
+def test_debug_shows_the_traceback_of_user_errors(monkeypatch):
+    monkeypatch.setenv("OBSCURA_DEBUG", "1")
+    with pytest.raises(UsageError):
+        cli.run_command("prog", lambda: (_ for _ in ()).throw(UsageError("x")))
+
+
+def test_interrupt_and_exit_codes(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+    assert cli.run_command("prog", interrupted) == 130
+    assert cli.run_command("prog", lambda: None) == 0 and cli.run_command("prog", lambda: 3) == 3
+
+
+def _option_blocks(help_text: str) -> dict[str, str]:
+    """Each option's block of `--help` text: from its line to the next option or
+    section, keyed by its last option string."""
+    blocks, key = {}, None
+    for line in help_text.splitlines():
+        text = line.strip()
+        if line.startswith("  -") and not line.startswith("   "):
+            key = text.split()[0].rstrip(",")
+            for part in text.split(", "):
+                if part.startswith("--"):
+                    key = part.split()[0]
+            blocks[key] = text
+        elif key and line.startswith("    ") and text:
+            blocks[key] += " " + text
+        else:
+            key = None
+    return blocks
+
+
+def test_every_option_of_every_subcommand_shows_its_default():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert set(sub.choices) == {"simulate", "model-info", "profile", "plan", "train", "compare", "sweep"}
+    for name, command in sub.choices.items():
+        blocks = _option_blocks(command.format_help())
+        options = [a.option_strings[-1] for a in command._actions if a.option_strings and a.dest != "help"]
+        assert set(options) <= set(blocks), (name, sorted(set(options) - set(blocks)))
+        silent = [o for o in options if "default" not in blocks[o].lower() and "required" not in blocks[o]]
+        assert silent == [], (name, silent)
+    train = _option_blocks(sub.choices["train"].format_help())
+    assert "default: ALL stages" in train["--adjusted"] and "(default: adamw)" in train["--optimizer"]
+    assert "(default: off)" in train["--check"] and "(required)" in _option_blocks(
+        sub.choices["plan"].format_help())["--stages"]
+
+
+@pytest.mark.parametrize("command", ["model-info llama2-tiny", "profile --model x --seq-len 8 --json o.json",
+                                     "plan --analytic llama2-tiny --stages 2 --microbatches 2 --memory-limit 1GiB",
+                                     "train", "compare --out o", "sweep --model x --seq-len 8 --gpus 8"])
+def test_model_module_is_on_every_command_that_takes_a_model(command, tmp_path, capsys):
+    rc = cli.main(command.split() + ["--model-module", str(tmp_path / "absent.py")])
+    assert rc == 2
+    assert capsys.readouterr().err == f"obscura: error: model module {tmp_path / 'absent.py'}: no such file\n"

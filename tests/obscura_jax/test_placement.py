@@ -1,7 +1,8 @@
 import jax
 import pytest
 
-from obscura_jax.placement import parse_stage_devices, place_stages
+from obscura_jax.errors import UsageError
+from obscura_jax.placement import parse_stage_devices, place_across_processes, place_stages
 
 
 def test_one_device_per_stage():
@@ -44,3 +45,16 @@ def test_gpu_request_without_gpu():
         pytest.skip("a GPU is present")
     with pytest.raises(ValueError, match="no GPU"):
         place_stages(2, "gpu", 0)
+
+
+def test_across_processes_stages_go_in_contiguous_blocks():
+    """(In one process every device is this process's; the rule is the same.)"""
+    pool = jax.devices("cpu")
+    n = len(pool)
+    pl = place_across_processes(2 * n, "cpu")
+    assert [d.id for d in pl.devices] == [pool[s // 2].id for s in range(2 * n)]
+    assert "contiguous" in pl.note
+    assert place_across_processes(n, "cpu").note == ""
+    with pytest.raises(UsageError, match="cannot keep"):
+        place_across_processes(n - 1, "cpu")
+    assert [d.id for d in place_across_processes(3, "cpu", (0, 0, 1)).devices] == [pool[0].id] * 2 + [pool[1].id]

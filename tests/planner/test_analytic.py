@@ -4,7 +4,8 @@ import pytest
 
 import models
 import models.info as info
-from planner.analytic import DEVICES, analytic_profile
+from planner.analytic import analytic_profile
+from planner.device import DEVICES
 from planner.plan import plan_search
 from planner.profile import derive_profile
 
@@ -25,7 +26,8 @@ def test_analytic_profile_is_labelled_and_its_bytes_are_traced(prof28):
     assert prof28.unit("attn").weight_bytes == pytest.approx(16 * n_attn, abs=64)
     spec = DEVICES["A100-80GB"]
     gate = prof28.unit("mlp").op("mlp_gate").fwd_time
-    assert gate == pytest.approx(2 * 4096 * 5120 * 13824 / (spec.dense_flops * spec.matmul_efficiency))
+    assert gate == pytest.approx(2 * 4096 * 5120 * 13824 / spec.matmul_flops)
+    assert spec.matmul_flops == spec.peak_flops * 0.6     # the assumed A100 efficiency
     assert prof28.host_bandwidth == spec.host_bandwidth
 
 

@@ -4,7 +4,7 @@ Units are coarse (an MLP unit is a fifth of a 24-layer model's stage), so one mo
 is kept and the next one overshoots and is undone."""
 import models
 from planner.partition import adjust_partition, fixed_sets, plan_step
-from planner.search import Setting, evaluate
+from planner.search import Setting, simulate_config
 from tests.planner.synthetic import synthetic_profile
 
 PROF = synthetic_profile(num_layers=24)
@@ -38,7 +38,7 @@ def test_adjusted_partition_simulates_faster_than_the_even_one():
     for part in (EVEN, res.partition):
         fixed = fixed_sets(SETTING, part, 0, False)
         step = plan_step(SETTING, part, 0, None, 0.0, False, False)
-        times.append(evaluate(SETTING, step.config).makespan)
+        times.append(simulate_config(SETTING, step.config).makespan)
         assert fixed[1:] == [frozenset()] * (P - 1)
     assert times[1] < times[0]
 

@@ -51,3 +51,28 @@ def test_docstring_pictures_are_current(module, name, kw):
     tl = simulate(generate(name, 4, 8, **kw), StageCosts.uniform(4, 1.0, 2.0, 1.0))
     picture = "\n".join("    " + ln for ln in timeline_ascii(tl).splitlines())
     assert picture in doc
+
+
+# Today's schedules (issue 10): grids with stage-first actions on device rows, and charts
+# with a third line naming each op's stage. Costs are per model stage.
+ZOO_CASES = {
+    "zbh1_p4_m8": ("zb-h1", 4, 8, {}, 4),
+    "zbv_p4_m8": ("zb-v", 4, 8, {}, 8),
+    "interleaved_v2_p4_m8": ("interleaved", 4, 8, {"virtual_stages": 2}, 8),
+    "obscura_zbh1_1_migrate_p4_m8": ("obscura-zb-h1", 4, 8, {"adjusted": 1, "migrate": True}, 4),
+}
+
+
+@pytest.mark.parametrize("key", sorted(ZOO_CASES))
+def test_zoo_golden(key):
+    name, p, m, kw, n = ZOO_CASES[key]
+    costs = StageCosts.uniform(n, 1.0, 2.0, 1.0, act_bytes=1.0, host_bandwidth=4.0)
+    s = generate(name, p, m, costs=costs, **kw)
+    tl = simulate(s, costs)
+    text = (schedule_text(s) + f"\n# costs per stage f=1 b=2 (I=W=1) r=1: makespan {tl.makespan:g}\n"
+            + timeline_ascii(tl) + "\n")
+    path = GOLDEN / f"{key}.txt"
+    if os.environ.get("OBSCURA_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with OBSCURA_UPDATE_GOLDEN=1"
+    assert text == path.read_text()

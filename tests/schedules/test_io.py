@@ -22,7 +22,8 @@ def test_action_parse_rejects(text):
 def test_schedule_json_roundtrip(tmp_path):
     s = generate("obscura", 4, 8, adjusted=1, recompute=("mlp_act", "mlp_mul"), swap_blocks=2, swap_fraction=0.5)
     d = io.schedule_to_json(s)
-    assert d["format"] == "obscura-schedule/1" and d["stages"][0]["recompute"] == ["mlp_act", "mlp_mul"]
+    assert d["format"] == "obscura-schedule/2" and d["stages"][0]["recompute"] == ["mlp_act", "mlp_mul"]
+    assert d["devices"][0][:3] == ["0F0", "0F1", "0F2"] and d["stage_to_device"] == [0, 1, 2, 3]
     assert io.schedule_from_json(json.loads(json.dumps(d))) == s
     path = tmp_path / "s.json"
     io.save_schedule(s, path)
@@ -30,11 +31,19 @@ def test_schedule_json_roundtrip(tmp_path):
 
 
 def _good():
-    return io.schedule_to_json(generate("1f1b", 2, 2))
+    """The /1 form (one stage per device, short action strings), which stays readable."""
+    s = generate("1f1b", 2, 2)
+    return {"format": "obscura-schedule/1", "name": s.name, "num_stages": 2, "num_microbatches": 2,
+            "stages": [{"recompute": [], "swap_fraction": 0.0, "actions": [str(a) for a in s.actions(i)]}
+                       for i in range(2)]}
+
+
+def test_version_1_files_still_read():
+    assert io.schedule_from_json(_good()) == generate("1f1b", 2, 2)
 
 
 @pytest.mark.parametrize("mutate,needle", [
-    (lambda d: d.update(format="obscura-schedule/2"), "format must be"),
+    (lambda d: d.update(format="obscura-schedule/3"), "format must be"),
     (lambda d: d.pop("num_stages"), "'num_stages' must be an integer"),
     (lambda d: d.update(num_microbatches="2"), "'num_microbatches' must be an integer"),
     (lambda d: d.update(stages={}), "'stages' must be a list"),

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedules import (SCHEDULES, Kind, ScheduleError, StageCosts, generate, io, issue_order, simulate,
                        validate)
+from schedules.generators import CHUNKED, model_stages
 from schedules.generators.common import resolve_adjusted, warmup_count
 from tests.schedules.helpers import corrupt, longest_path_times
 
@@ -37,18 +38,25 @@ def instances(draw, names=tuple(SCHEDULES)):
     p = draw(st.integers(1, 6))
     m = draw(st.integers(1, 12))
     name = draw(st.sampled_from(names))
-    adjusted = draw(st.one_of(st.none(), st.integers(0, p - 1), st.just("all"),
-                              st.lists(st.integers(0, p - 1), min_size=1, max_size=p).map(tuple)))
-    costs = draw(stage_costs(p))
-    kw = {"adjusted": adjusted, "costs": costs}
-    if name in ("1f1b", "recomp", "obscura") and draw(st.booleans()):
+    kw = {}
+    if name in CHUNKED:
+        kw["virtual_stages"] = draw(st.integers(1, 3))
+        m = p * -(-m // p)             # Megatron's interleaving needs m % p == 0
+    n = model_stages(name, p, kw.get("virtual_stages"))
+    adjusted = draw(st.one_of(st.none(), st.integers(0, n - 1), st.just("all"),
+                              st.lists(st.integers(0, n - 1), min_size=1, max_size=n).map(tuple)))
+    costs = draw(stage_costs(n))
+    kw.update(adjusted=adjusted, costs=costs)
+    if name in ("1f1b", "recomp", "obscura", "zb-h1") and draw(st.booleans()):
         caps = sorted((draw(st.integers(1, m + 2)) for _ in range(p)), reverse=True)   # non-increasing
         kw["warmup"] = tuple(caps)
+    if name.startswith("obscura-") and draw(st.booleans()):
+        kw["migrate"] = True
     base = generate(name, p, m, **kw)
     adj = base.adjusted_stages
     if adj and draw(st.booleans()):
-        k = max(adj)
-        room = warmup_count(base.actions(k)) - 1
+        k = max(base.stage_to_device[a] for a in adj)      # the last device that recomputes
+        room = warmup_count(base.rows[k]) - 1
         if room >= 1:
             kw["swap_blocks"] = draw(st.integers(1, room))
             kw["swap_fraction"] = draw(st.floats(0.05, 1.0))
@@ -60,13 +68,15 @@ def instances(draw, names=tuple(SCHEDULES)):
 def test_generated_schedules_validate_and_simulate_exactly(inst):
     name, p, m, kw = inst
     s = generate(name, p, m, **kw)
+    n = s.num_stages
     validate(s)
     assert io.schedule_from_json(io.schedule_to_json(s)) == s
     assert s.adjusted_stages == resolve_adjusted(
-        "all" if kw["adjusted"] is None and name in ("recomp", "strawman", "obscura") else kw["adjusted"], p)
+        "all" if kw["adjusted"] is None and (name in ("recomp", "strawman", "obscura") or name.startswith("obscura-"))
+        else kw["adjusted"], n)
 
     # unit costs, no communication: the makespan is the longest path of the graph
-    unit = StageCosts.uniform(p, 1.0, 2.0, 1.0)
+    unit = StageCosts.uniform(n, 1.0, 2.0, 1.0)
     tl = simulate(s, unit)
     ref = longest_path_times(s, unit)
     assert tl.makespan == pytest.approx(max(e for _, e in ref.values()))
@@ -77,9 +87,9 @@ def test_generated_schedules_validate_and_simulate_exactly(inst):
     ref = longest_path_times(s, costs)
     for op in tl.ops:
         assert (op.start, op.end) == pytest.approx(ref[(op.stage, op.action)], abs=1e-9)
-    for spec, stats, mem in zip(s.stages, tl.stages, tl.memory):
+    for d, (stats, mem) in enumerate(zip(tl.stages, tl.memory)):
         assert stats.compute + stats.idle == pytest.approx(tl.makespan)
-        assert 1 <= stats.peak_inflight_microbatches <= m
+        assert 1 <= stats.peak_inflight_microbatches <= m * len(s.stages_on(d))
         assert stats.recompute <= stats.compute + 1e-9
         assert mem[-1][1] == pytest.approx(0.0, abs=1e-6)
         assert all(b >= -1e-6 for _, b in mem)
@@ -87,13 +97,14 @@ def test_generated_schedules_validate_and_simulate_exactly(inst):
     order = issue_order(s, costs)
     pos = {a: i for i, a in enumerate(order)}
     assert len(pos) == sum(len(spec.actions) for spec in s.stages)
-    for spec in s.stages:
-        assert [pos[a] for a in spec.actions] == sorted(pos[a] for a in spec.actions)
+    for row in s.rows:
+        assert [pos[a] for a in row] == sorted(pos[a] for a in row)
+    backward = {(a.stage, a.microbatch): a for a in order if a.kind in (Kind.B, Kind.I)}
     for a in order:
         if a.kind == Kind.F and a.stage > 0:
             assert pos[a] > pos[type(a)(a.stage - 1, Kind.F, a.microbatch)]
-        if a.kind == Kind.B and a.stage < p - 1:
-            assert pos[a] > pos[type(a)(a.stage + 1, Kind.B, a.microbatch)]
+        if a.kind in (Kind.B, Kind.I) and a.stage < n - 1:
+            assert pos[a] > pos[backward[(a.stage + 1, a.microbatch)]]
 
 
 @settings(max_examples=400, **SETTINGS)
@@ -104,13 +115,13 @@ def test_corrupted_schedules_are_rejected_with_the_grid(inst, how, stage, pick):
     if how == "swap_same_kind" and m < 2:
         how = "drop"
     s = generate(name, p, m, **kw)
-    bad = corrupt(s, how, stage % p, pick)
+    bad = corrupt(s, how, stage % s.num_devices, pick)
     with pytest.raises(ScheduleError) as e:
         validate(bad)
     lines = str(e.value).splitlines()
     assert lines[0].startswith(f"invalid schedule {name!r}: ")
     assert lines[1].startswith("step")
-    assert len(lines) == p + 2
+    assert len(lines) == s.num_devices + 2
     assert any("[" in ln or "<-" in ln for ln in lines[2:])
 
 

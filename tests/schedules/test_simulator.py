@@ -116,3 +116,44 @@ def test_infinite_bandwidth_makes_swaps_free():
     s = generate("obscura", 4, 8, adjusted=1, swap_blocks=2, swap_fraction=1.0)
     assert simulate(s, UNIT).makespan == simulate(generate("obscura", 4, 8, adjusted=1), UNIT).makespan
     assert all(math.isclose(o.duration, 0) for o in simulate(s, UNIT).ops if o.kind in (Kind.SO, Kind.SI))
+
+
+def test_split_backward_costs_default_to_halves_and_can_be_explicit():
+    s = generate("zb-h1", 2, 2, adjusted=0)
+    tl = simulate(s, StageCosts.uniform(2, 1, 2, 0.5))
+    assert tl.op(1, "I0").duration == pytest.approx(1.0) and tl.op(1, "W0").duration == pytest.approx(1.0)
+    assert tl.op(0, "I0").duration == pytest.approx(1.5) and tl.op(0, "I0").recompute == pytest.approx(0.5)
+    explicit = StageCosts.uniform(2, 1, 2, 0.5, input_grad=(0.7, 0.9), weight_grad=(1.5, 1.1))
+    tl = simulate(s, explicit)
+    assert tl.op(0, "I0").duration == pytest.approx(1.2) and tl.op(1, "W1").duration == pytest.approx(1.1)
+    assert tl.op(0, "I0").start == pytest.approx(tl.op(1, "I0").end)      # upstream waits for I, not W
+
+
+def test_stages_on_one_device_share_its_stream_and_skip_the_transfer():
+    s = generate("zb-v", 2, 2)        # device 0: stages 0 and 3; device 1: stages 1 and 2
+    costs = StageCosts.uniform(4, 1, 2, 0, p2p_latency=0.25)
+    tl = simulate(s, costs)
+    for d in range(2):
+        ops = sorted((o for o in tl.device_ops(d) if o.kind != Kind.SO), key=lambda o: o.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(ops, ops[1:]))   # one compute stream
+    assert tl.op(2, "F0").start == pytest.approx(tl.op(1, "F0").end)          # turn of the V: no p2p
+    assert tl.op(1, "F0").start == pytest.approx(tl.op(0, "F0").end + 0.25)
+    ref = longest_path_times(s, costs)
+    assert tl.makespan == pytest.approx(max(e for _, e in ref.values()))
+
+
+@pytest.mark.parametrize("name,kw", [("interleaved", {"virtual_stages": 3, "adjusted": 2}), ("zb-v", {"adjusted": 1}),
+                                     ("zb-h1", {"adjusted": 1, "swap_blocks": 1, "swap_fraction": 0.5}),
+                                     ("obscura-interleaved", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 1.0}),
+                                     ("obscura-zb-h1", {"adjusted": 1, "migrate": True})])
+def test_new_schedules_equal_the_independent_longest_path(name, kw):
+    n = 12 if name == "interleaved" else 8 if name in ("zb-v", "obscura-interleaved") else 4
+    costs = StageCosts(fwd=tuple(0.5 + 0.1 * s for s in range(n)), bwd=tuple(1.0 + 0.15 * s for s in range(n)),
+                       recompute=(0.4,) * n, act_bytes=(3.0,) * n, act_bytes_recompute=(1.0,) * n,
+                       host_bandwidth=2.0, boundary_bytes=(1.0,) * n, p2p_latency=0.05, p2p_bandwidth=8.0,
+                       weight_grad_fraction=0.4)
+    s = generate(name, 4, 8, costs=costs, **kw)
+    tl = simulate(s, costs)
+    ref = longest_path_times(s, costs)
+    for op in tl.ops:
+        assert (op.start, op.end) == pytest.approx(ref[(op.stage, op.action)])

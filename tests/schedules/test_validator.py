@@ -94,3 +94,37 @@ def test_replace_row_helper_keeps_attributes():
     s = generate("obscura", 3, 4, adjusted=0)
     t = replace_row(s, 0, s.actions(0))
     assert t == s
+
+
+@pytest.mark.parametrize("row,needle", [
+    ("F0 F1 I0 W0", "stage 1 has no I1"),
+    ("F0 F1 I0 I1 W0", "I1 at stage 1 step 3 has no W1"),
+    ("F0 F1 W0 I0 I1 W1", "W0 at stage 1 step 2 does not follow I0"),
+    ("F0 F1 I1 I0 W0 W1", "I0 at stage 1 step 3 comes after I1"),
+    ("F0 F1 I0 W0 B0 B1", "micro-batch 0 also has I0"),
+    ("F0 F1 B1 I0 W0", "I0 at stage 1 step 3 comes after B1: backward actions must run in micro-batch order"),
+])
+def test_split_backward_rules(row, needle):
+    msg = _error(_rows("F0 F1 B0 B1", row))
+    assert needle in msg.splitlines()[0]
+
+
+def test_split_backwards_that_follow_the_rules_pass():
+    validate(_rows("F0 F1 I0 W0 I1 W1", "F0 F1 I0 I1 W0 W1"))
+    validate(_rows("F0 F1 B0 I1 W1", "F0 F1 B0 W0 B1 W1"))      # full and split mixed; older B + W spelling
+
+
+def _chunked(row0: str, row1: str):
+    rows = tuple(tuple(Action.parse(a) for a in r.split()) for r in (row0, row1))
+    return Schedule("v", 4, 1, tuple(StageSpec(()) for _ in range(4)), (0, 1, 1, 0), rows)
+
+
+def test_chunked_schedules_name_devices_and_print_stage_first():
+    validate(_chunked("0F0 3F0 3B0 0B0", "1F0 2F0 2B0 1B0"))
+    msg = _error(_chunked("0F0 3F0 3B0 0B0", "2F0 1F0 2B0 1B0"))       # the turn of the V, wrong way round
+    first = msg.splitlines()[0]
+    assert first.startswith("invalid schedule 'v': deadlock: device 0 step 1 waits at 3F0 for 2F0 on device 1")
+    assert first.endswith("(and 1 more problem)")
+    assert msg.splitlines()[2].startswith("device 0") and "[2F0]" in msg.splitlines()[3]
+    msg = _error(_chunked("0F0 3F0 3B0 0B0 0B0", "1F0 2F0 2B0 1B0"))
+    assert "0B0 at device 0 step 4 is a duplicate (first at step 3)" in msg.splitlines()[0]

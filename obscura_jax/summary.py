@@ -1,0 +1,142 @@
+"""A training run summarised as one JSON-ready dict (format obscura-train/1), from
+a TrainOutcome whose per-stage facts were gathered from every process."""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from schedules.ir import Kind
+from schedules.timeline import Timeline
+
+
+def summarize(out) -> dict:
+    """Everything a person or a script wants from a run, JSON-ready.
+    Long: one flat dict, built field by field."""
+    run, pipe = out.config, out.pipeline
+    shape = pipe.shape
+    logs = out.steps
+    timed = [s for s in logs[run.warmup_steps:] if not s.recorded] or logs[run.warmup_steps:] or logs
+    iteration = statistics.median(s.seconds for s in timed) if timed else None
+    recorded = [s.seconds for s in logs if s.recorded]
+    sim = out.simulated
+    measured = out.measured
+    update_time = out.update_seconds
+    simulated_time = None
+    if sim is not None:
+        # The simulator covers the schedule's actions; the optimizer step after them
+        # is added as measured in the recorded iteration.
+        simulated_time = sim.makespan + (update_time or 0.0)
+    planned = run.planned_peaks()
+    devices = pipe.placement.devices
+    stages = []
+    for s, facts in enumerate(out.stage_facts):
+        row = dict(facts["row"])
+        weight, live = facts["weight_bytes"], facts["ledger_peak"]
+        accounted = weight + live + facts["temp_bytes"]
+        device_peak = facts["device_peak"]
+        # memory_stats is per device: it is this stage's peak only if no other stage shares it.
+        alone = sum(d.id == devices[s].id for d in devices) == 1
+        own_peak = device_peak if alone else None
+        row.update({"process": facts["process"], "weight_bytes": weight, "peak_activation_bytes": live,
+                    "temp_bytes": facts["temp_bytes"], "accounted_peak_bytes": accounted,
+                    "device_peak_bytes": device_peak,
+                    "peak_bytes": own_peak if own_peak is not None else accounted,
+                    "peak_source": "memory_stats" if own_peak is not None else "accounting"})
+        if sim is not None:
+            row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim.stages[s].peak_activation_bytes
+        if planned is not None:
+            # The plan predicts weights + kept activations; XLA's scratch is not in the
+            # profile format (plan with --reserve to leave room for it).
+            row["planned_peak_bytes"] = planned[s]
+            row["planned_vs_measured_bytes"] = planned[s] - (weight + live)
+        if out.timeline is not None:
+            ts = out.timeline.stages[s]
+            row["measured"] = {k: getattr(ts, k) for k in ("compute", "forward_bubble", "backward_bubble",
+                                                           "comm_wait", "swap")}
+        stages.append(row)
+    dispatch = {k: (1e6 * statistics.mean(v) if v else None) for k, v in out.dispatch.items()}
+    all_d = sorted(x for v in out.dispatch.values() for x in v)
+    dispatch["all"] = 1e6 * statistics.mean(all_d) if all_d else None
+    # The mean includes back-pressure (a full device queue blocks dispatch); the low
+    # percentiles are the host's own cost per action.
+    dispatch["all_median"] = 1e6 * statistics.median(all_d) if all_d else None
+    dispatch["all_p10"] = 1e6 * all_d[len(all_d) // 10] if all_d else None
+    swap = dict(out.swap_counters)
+    if out.timeline is not None:
+        for kind, key in ((Kind.SO, "out"), (Kind.SI, "in")):
+            ops = [o for o in out.timeline.ops if o.kind is kind]
+            busy = sum(o.duration for o in ops)
+            nbytes = swapped_bytes_per_iteration(pipe.schedule, out.stage_facts, kind)
+            swap[f"measured_gbps_{key}"] = (nbytes / busy / 1e9) if busy > 0 and nbytes else None
+        swap["overlap_with_compute"] = swap_overlap(out.timeline, devices)
+    if measured is not None:
+        swap["standalone_gbps_out"] = _gbps(measured.host_bandwidth_out)
+        swap["standalone_gbps_in"] = _gbps(measured.host_bandwidth_in)
+    shared = pipe.placement.shared
+    result = {
+        "format": "obscura-train/1", "model": run.model, "schedule": pipe.schedule.name,
+        "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
+        "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
+        "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
+        "devices": [str(d) for d in devices], "placement_note": pipe.placement.note,
+        "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
+        "steps": [s.step for s in logs], "losses": [s.loss for s in logs],
+        "step_seconds": [s.seconds for s in logs],
+        "iteration_time": iteration, "timeline_iteration_time": recorded[0] if recorded else None,
+        "simulated_iteration_time": simulated_time,
+        "simulated_makespan": sim.makespan if sim is not None else None,
+        "optimizer_time": update_time,
+        "simulated_over_measured": (simulated_time / iteration) if simulated_time and iteration else None,
+        "tokens_per_second": shape.tokens_per_step / iteration if iteration else None,
+        "dispatch_us": dispatch, "swap": swap, "stages": stages,
+        "costs": measured.to_json() if measured is not None else None,
+        "timeline": out.timeline.to_json() if out.timeline is not None else None,
+        "simulated_timeline": sim.to_json() if sim is not None else None,
+    }
+    if shared and measured is not None:
+        c = measured.costs
+        # One device runs every stage's work in turn: no pipeline overlap is possible.
+        result["simulated_serial_time"] = sum(
+            m * (c.fwd[s] + c.backward_time(s, spec.adjusted))
+            for s, spec in enumerate(pipe.schedule.stages)
+            for m in [pipe.schedule.num_microbatches]) + (update_time or 0.0)
+    return result
+
+
+def _gbps(bytes_per_second: float):
+    return bytes_per_second / 1e9 if bytes_per_second and np.isfinite(bytes_per_second) else None
+
+
+def swapped_bytes_per_iteration(schedule, stage_facts: list[dict], kind: Kind) -> int:
+    """Bytes one iteration's SO (or SI) actions move."""
+    return sum(sum(1 for a in spec.actions if a.kind is kind) * stage_facts[s]["swapped_bytes_per_block"]
+               for s, spec in enumerate(schedule.stages))
+
+
+def swap_overlap(timeline: Timeline, devices) -> float | None:
+    """Share of the measured SO/SI time that ran while its device was computing
+    (an in-run view of how well copies hide; the no-swap comparison in
+    obscura_jax.benchmark is the end-to-end one)."""
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for o in timeline.ops:
+        if o.kind in (Kind.F, Kind.B):
+            busy.setdefault(devices[o.stage].id, []).append((o.start, o.end))
+    merged = {}
+    for dev, spans in busy.items():
+        spans.sort()
+        out = [list(spans[0])]
+        for a, b in spans[1:]:
+            if a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        merged[dev] = out
+    total = hidden = 0.0
+    for o in timeline.ops:
+        if o.kind not in (Kind.SO, Kind.SI) or o.end <= o.start:
+            continue
+        total += o.end - o.start
+        for a, b in merged.get(devices[o.stage].id, ()):
+            hidden += max(0.0, min(b, o.end) - max(a, o.start))
+    return hidden / total if total > 0 else None

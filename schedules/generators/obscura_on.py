@@ -1,0 +1,173 @@
+"""The Obscura transformation on today's schedules: obscura-interleaved (on Megatron's
+interleaved 1F1B) and obscura-zb-h1 (on ZB-H1).
+
+Start from the base schedule with recompute on the adjusted stages (its Recomp-K:
+the same order, whose adjusted backwards run longer). Devices that host no adjusted
+stage keep the base order. Each device that does runs the dependency relaxation of
+relax.relaxed_device_rows under the generator's cost model: whenever it is free it
+runs the first action of the base row whose inputs are there, so a later forward or
+a W fills the bubble before a backward whose gradient is late, and that backward
+moves right; a forward starts only while the device holds fewer than its cap c_d
+blocks (stage, micro-batch: forwarded, not yet freed by W or B).
+
+Migration caps: by default c_d starts at what the base schedule holds on device d,
+so the result never holds more micro-batches than the base with Recomp-K (its
+adjusted stages also keep fewer bytes per micro-batch); then devices from the last
+one hosting an adjusted stage down to the first get, in turn, the smallest cap
+bisection finds that keeps the makespan at most that of the relaxed order with the
+base's caps. If relaxation cannot match the base's makespan under the costs, the
+base order is kept (never slower). `migrate=True` also tries caps starting higher,
+at the base's plus the 2(D-1-d) forward slots of 1F1B's forward bubble (device d
+of D): forwards then migrate into the bubbles as in Obscura on 1F1B, holding more
+(cheaper, recomputed) micro-batches; both starts are searched and the faster result
+kept, so migration is never slower than without. `warmup` (a per-device tuple)
+fixes the caps. Swapping
+(lambda blocks per device, fraction beta) is swap.py's pass, added last.
+
+Without `costs` the model is uniform f=1, b=2, r=1 per stage (per chunk for
+interleaved: f=1/V, b=2/V, r=1/V, so a device's work per micro-batch stays 3+r).
+
+p=4, m=8, f=1, b=2 (I=W=1), r=1 (R = recompute part of an I), obscura-zb-h1
+adjusted=1 keeps ZB-H1's order here (37, as ZB-H1 with Recomp-1: a stage at its
+cap can only wait); with migrate=True stages 0 and 1 hold 5 and the makespan is 35:
+
+    stage 0 |FFFFF...RIWRIWFRIWFRIWFRIWRIWRIWRIW|
+            |01234   0-01-152-263-374-45-56-67-7|
+    stage 1 |.FFFFFRIWRIWRIWFRIWFRIWFRIWRIWRIW..|
+            | 012340-01-12-253-364-475-56-67-7  |
+    stage 2 |..FF.IWFIWFIWFIWFIW.FIW.FIWIW......|
+            |  01 00211322433544 655 76677      |
+    stage 3 |...FIWFIWFIWFIWFIWFIWFIW.FIW.......|
+            |   000111222333444555666 777       |
+"""
+from __future__ import annotations
+
+from schedules.costs import StageCosts
+from schedules.errors import ScheduleError
+from schedules.generators.common import assemble, assemble_devices, check_sizes, check_virtual_stages
+from schedules.generators.interleaved import interleaved
+from schedules.generators.relax import relaxed_device_rows
+from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.generators.zero_bubble import zb_h1
+from schedules.ir import Kind, Schedule
+from schedules.simulator import makespan
+
+_TOL = 1e-9
+
+
+def held_peaks(schedule: Schedule) -> tuple[int, ...]:
+    """Blocks each device holds at most, counted along its row (F adds one; W, or
+    B when the block has no W, frees it): what the simulator's in-flight peak is."""
+    split = {(a.stage, a.microbatch) for row in schedule.rows for a in row if a.kind == Kind.W}
+    out = []
+    for row in schedule.rows:
+        n = peak = 0
+        for a in row:
+            if a.kind is Kind.F:
+                n += 1
+                peak = max(peak, n)
+            elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
+                n -= 1
+        out.append(peak)
+    return tuple(out)
+
+
+def migration_bounds(base: Schedule, migrate: bool) -> tuple[int, ...]:
+    """Upper bound of each device's cap: what the base holds, plus, with `migrate`,
+    the 2(D-1-d) forward slots of 1F1B's forward bubble on device d of D (Obscura's
+    migration on 1F1B; the strawman's 3(p-s-1)+1), at most all the device's blocks."""
+    held = held_peaks(base)
+    if not migrate:
+        return held
+    n = base.num_devices
+    m = base.num_microbatches
+    return tuple(min(h + 2 * (n - 1 - d), m * len(base.stages_on(d))) for d, h in enumerate(held))
+
+
+def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, migrate: bool = False
+                      ) -> tuple[list[list], float]:
+    """Rows of the transformed order and their makespan under `costs` (see the
+    module docstring); `base` holds compute actions only."""
+    if costs.num_stages != base.num_stages:
+        raise ScheduleError(f"costs describe {costs.num_stages} stages, the schedule has {base.num_stages}")
+    base_rows = [list(r) for r in base.rows]
+    t_base = makespan(base, costs)
+    relaxed = sorted({base.stage_to_device[s] for s in base.adjusted_stages})
+    if not relaxed:
+        return base_rows, t_base
+    upper = migration_bounds(base, migrate)
+    if caps is not None:
+        caps = tuple(caps)
+        if len(caps) != base.num_devices or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
+                                                    for c in caps):
+            raise ScheduleError(f"warmup must hold {base.num_devices} integers >= 1 (one cap per device), "
+                                f"got {caps!r}")
+        found = relaxed_device_rows(base, {d: caps[d] for d in relaxed}, costs)
+        if found is None:
+            raise ScheduleError(f"{name}: caps {caps!r} deadlock (a device cannot run the forwards its "
+                                f"neighbours wait for)")
+        return found
+    # from the base's caps, and (migrate) from the higher bounds: the faster result,
+    # ties to the first (fewer micro-batches held)
+    best = None
+    for bound in ((held_peaks(base), upper) if migrate else (upper,)):
+        found = _smallest_caps(base, {d: bound[d] for d in relaxed}, costs, t_base)
+        if found is not None and (best is None or found[1] < best[1] * (1 - _TOL)):
+            best = found
+    return best if best is not None else (base_rows, t_base)
+
+
+def _smallest_caps(base: Schedule, cap: dict[int, int], costs: StageCosts, t_base: float):
+    """Relax under `cap`; if that keeps the base's makespan, bisect each device's cap
+    (last device first) down to the smallest that keeps the relaxed makespan.
+    None if relaxing under `cap` is slower than the base (or deadlocks)."""
+    found = relaxed_device_rows(base, cap, costs)
+    if found is None or found[1] > t_base * (1 + _TOL):
+        return None
+    target = found[1] * (1 + _TOL)
+    cap = dict(cap)
+    for d in sorted(cap, reverse=True):
+        lo, hi = 1, cap[d]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            trial = relaxed_device_rows(base, {**cap, d: mid}, costs)
+            if trial is not None and trial[1] <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        cap[d] = hi
+    return relaxed_device_rows(base, cap, costs)
+
+
+def _uniform(num_stages: int, per_device: int) -> StageCosts:
+    return StageCosts.uniform(num_stages, 1.0 / per_device, 2.0 / per_device, 1.0 / per_device)
+
+
+def obscura_zb_h1(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
+                  swap_blocks=0, swap_fraction: float = 0.0, warmup=None, migrate: bool = False,
+                  costs: StageCosts | None = None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    base = zb_h1(p, m, adjusted="all" if adjusted is None else adjusted, recompute=recompute)
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", warmup,
+                                migrate)
+    adj = base.adjusted_stages
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    return assemble("obscura-zb-h1", m, add_swaps(rows, lam), adj, base.stages[adj[0]].recompute if adj else (),
+                    lam, swap_fraction)
+
+
+def obscura_interleaved(num_stages: int, num_microbatches: int, *, virtual_stages: int = 2, adjusted="all",
+                        recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, warmup=None,
+                        migrate: bool = False, costs: StageCosts | None = None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    v = check_virtual_stages(virtual_stages)
+    base = interleaved(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
+                       recompute=recompute)
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v),
+                                "obscura-interleaved", warmup, migrate)
+    adj = base.adjusted_stages
+    where = base.stage_to_device
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
+    rec = base.stages[adj[0]].recompute if adj else ()
+    return assemble_devices("obscura-interleaved", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)
+

@@ -1,0 +1,142 @@
+"""Zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24):
+the backward splits into I, the input gradient the upstream stage waits for, and W,
+the weight gradient nobody waits for, so W can fill bubbles.
+
+zb-h1 (the paper's ZB-H1, one stage per device). Stage s warms up with
+c_s = min(p-s, m) forwards, then runs I(x) W(x) F(x+c_s), then drains with I(x)
+W(x). A micro-batch's residuals stay live until its W, so stage s holds at most
+p-s micro-batches, as in 1F1B (ZB-H1's memory bound under this accounting; the
+paper counts a micro-batch as held until its I, where W needs less). What it buys:
+stage s-1's I waits only for stage s's I, not for its W, so every stage on the
+backward chain sheds a W and W runs while the stage waits for its next gradient.
+With f = i = w = 1 and p = 4, m = 8: 30 where 1F1B (b = i + w) takes 33; 30 is the
+optimum under the p-s cap (an exact CP-SAT solve in the tests), 27 without it.
+
+    stage 0 |FFFF...IWFIWFIWFIWFIW.IW.IW.IW|
+            |0123   00411522633744 55 66 77|
+    stage 1 |.FFF..IWFIWFIWFIWFIWFIW.IW.IW.|
+            | 012  00311422533644755 66 77 |
+    stage 2 |..FF.IWFIWFIWFIWFIWFIWFIW.IW..|
+            |  01 00211322433544655766 77  |
+    stage 3 |...FIWFIWFIWFIWFIWFIWFIWFIW...|
+            |   000111222333444555666777   |
+
+zb-v (the paper's ZB-V): two chunks per device in a V: chunk 0 of device d is
+stage d, chunk 1 is stage 2p-1-d, so the forward runs down the devices and back up
+and the loss is on device 0. Device d warms up with 2(p-d)-1 chunk-0 forwards,
+then d pairs (chunk-1 F, chunk-0 F), then p-d triples (chunk-1 F, I, W); the steady
+phase repeats (chunk-0 F, I, W, chunk-1 F, I, W); the drain runs d pairs of
+chunk-0/chunk-1 I, then p-d (chunk-0 I, W), then the W still owed. (The order of
+the paper's Fig. 8; torch's ScheduleZBVZeroBubble builds the same.) Device d holds
+at most 2p blocks (stage, micro-batch) of half a device's layers each: p micro-
+batches' worth, 1F1B's stage-0 peak, on every device. With each chunk at f = i =
+w = 1 (a device's work per micro-batch 6), p = 4, m = 8: makespan 51 = 48 + 3:
+
+    device 0 |FFFFFFFFIWFIWFIWFIWFIWFIWIWFIWIWFIWIWFIWIWIWIWIW...|
+             |012345600011122233370044411555226663377744556677   |
+             |000000077777777777700077700777007770077700000000   |
+    device 1 |.FFFFFFFFIWFIWFIWFIWFIWFIWFIWIWFIWIWFIWIIIWIWIWWW..|
+             | 012340510021132260043371154422655337664754657677  |
+             | 111116166666666611166611166611666116661611111161  |
+    device 2 |..FFFFFFFFIWFIWFIWFIWFIWFIWFIWFIWIWFIWIIIIIWIWWWWW.|
+             |  012031420031150042261153372264433755465764756767 |
+             |  222525255555522255522255522255522555252522225522 |
+    device 3 |...FFFFFFFFIWFIWFIWFIWFIWFIWFIWFIWFIWIIIIIIIWWWWWWW|
+             |   001122330040041151152262263373374445566774567567|
+             |   343434344433344433344433344433344434343433444333|
+"""
+from __future__ import annotations
+
+from schedules.errors import ScheduleError
+from schedules.generators.common import (assemble, assemble_devices, check_recompute, check_sizes,
+                                          resolve_adjusted)
+from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.ir import Action, Kind, Schedule
+
+
+def zb_h1_row(stage: int, num_microbatches: int, warmup: int) -> list[Action]:
+    """`warmup` forwards, then I(x) W(x) F(x + warmup), then I(x) W(x)."""
+    m, s = num_microbatches, stage
+    c = max(1, min(warmup, m))
+    row = [Action(s, Kind.F, x) for x in range(c)]
+    for x in range(m):
+        row += [Action(s, Kind.I, x), Action(s, Kind.W, x)]
+        if x + c < m:
+            row.append(Action(s, Kind.F, x + c))
+    return row
+
+
+def zb_h1(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
+          swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
+    """ZB-H1; `warmup` (a per-stage tuple) overrides the min(p-s, m) warm-up forwards,
+    which are also the micro-batches a stage holds until their W."""
+    p, m = check_sizes(num_stages, num_microbatches)
+    adj = resolve_adjusted(adjusted, p)
+    rec = check_recompute(recompute)
+    if warmup is None:
+        warmup = tuple(min(p - s, m) for s in range(p))
+    else:
+        warmup = tuple(warmup)
+        if len(warmup) != p or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warmup):
+            raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
+    rows = [zb_h1_row(s, m, warmup[s]) for s in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    return assemble("zb-h1", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
+
+
+def zb_v_stage_to_device(num_devices: int) -> tuple[int, ...]:
+    """Stage s < p on device s, stage s >= p on device 2p-1-s (the V)."""
+    p = num_devices
+    return tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p))
+
+
+def zb_v_row(device: int, num_devices: int, num_microbatches: int) -> list[Action]:
+    """Device d's order, built phase by phase; each phase is a pattern of (chunk,
+    kind) steps repeated a number of times. Steps whose micro-batch would be >= m
+    are skipped (the phases are sized for m >= 2p-1)."""
+    p, m, d = num_devices, num_microbatches, device
+    stage = (d, 2 * p - 1 - d)
+    nxt = {(c, k): 0 for c in (0, 1) for k in (Kind.F, Kind.I, Kind.W)}
+    row: list[Action] = []
+
+    def step(chunk: int, kind: Kind) -> None:
+        x = nxt[(chunk, kind)]
+        nxt[(chunk, kind)] = x + 1
+        if x < m:
+            row.append(Action(stage[chunk], kind, x))
+
+    F, I, W = Kind.F, Kind.I, Kind.W   # noqa: E741
+    n = max(m, 2 * p - 1)
+    for count, pattern in (
+            (2 * (p - d) - 1, ((0, F),)),
+            (d, ((1, F), (0, F))),
+            (p - d, ((1, F), (1, I), (1, W)))):
+        for _ in range(count):
+            for chunk, kind in pattern:
+                step(chunk, kind)
+    while nxt[(0, F)] < n or nxt[(1, F)] < nxt[(0, F)]:
+        if nxt[(0, F)] < n:
+            step(0, F)
+        for chunk, kind in ((0, I), (0, W), (1, F), (1, I), (1, W)):
+            step(chunk, kind)
+    for count, pattern in ((d, ((0, I), (1, I))), (p - d, ((0, I), (0, W)))):
+        for _ in range(count):
+            for chunk, kind in pattern:
+                step(chunk, kind)
+    for chunk in (1, 0):
+        while nxt[(chunk, W)] < nxt[(chunk, I)]:
+            step(chunk, W)
+    return row
+
+
+def zb_v(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
+         swap_fraction: float = 0.0, costs=None) -> Schedule:
+    """`num_stages` is the pipeline depth p (devices); the schedule has 2p stages.
+    `adjusted` names model stages (K: stages 0..K)."""
+    p, m = check_sizes(num_stages, num_microbatches)
+    where = zb_v_stage_to_device(p)
+    adj = resolve_adjusted(adjusted, 2 * p)
+    rec = check_recompute(recompute)
+    rows = [zb_v_row(d, p, m) for d in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
+    return assemble_devices("zb-v", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

@@ -1,0 +1,50 @@
+"""Byte sizes for people and from people, shared by every package (pure Python).
+
+    parse_bytes("80GiB") == 85899345920.0     parse_bytes("85.9GB") == 85.9e9
+    format_bytes(80 * GiB) == "80.0 GiB"      format_bytes(512) == "512 B"
+
+Units: decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB, or none (bytes), any case.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from models.errors import ObscuraError
+
+GiB = 2 ** 30
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_BINARY = (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
+
+
+def parse_bytes(text, what: str = "memory size", *, allow_zero: bool = False,
+                error: type[ObscuraError] = ObscuraError) -> float:
+    """'80GiB', '85.9GB', '141e9' or a number -> bytes. Bad input raises `error`
+    (an ObscuraError) with one line naming `what`."""
+    if isinstance(text, bool):
+        raise error(f"{what} must be a size, got {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _UNITS:
+            raise error(f"cannot read a {what} from {text!r}: it is not a size "
+                        f"(give bytes, or e.g. 80GiB, 85.9GB, 141e9)")
+        value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise error(f"{what} must be {'>=' if allow_zero else '>'} 0 bytes, got {text!r}")
+    return value
+
+
+def format_bytes(n, decimals: int = 1) -> str:
+    """'80.0 GiB'-style text (binary units, `decimals` places); '-' for None."""
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, size in _BINARY:
+        if abs(n) >= size:
+            return f"{n / size:.{decimals}f} {unit}"
+    return f"{n:.0f} B"

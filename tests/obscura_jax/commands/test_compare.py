@@ -1,0 +1,51 @@
+"""`obscura compare --demo` (what `make demo` runs), shortened: llama2-tiny learns
+stdlib text on 4 emulated CPU devices under 1F1B and Obscura, in one process; and
+compare on 2 processes x 2 devices."""
+import json
+
+import pytest
+
+from obscura_jax.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["compare", "--demo", "--steps", "8", "--cost-reps", "1", "--no-progress",
+                 "--out", str(out)]) == 0
+    res = json.loads((out / "compare.json").read_text())["runs"]
+    assert [r["schedule"] for r in res] == ["1f1b", "obscura"]
+    for r in res:
+        assert r["data"] == "stdlib" and r["model"] == "llama2-tiny" and len(set(r["devices"])) == 4
+        assert len(r["losses"]) == 8
+        assert r["losses"][-1] < r["losses"][0] - 0.5, r["losses"]
+    obscura = res[1]
+    assert obscura["adjusted_stages"] == [0, 1] and obscura["swap"]["bytes_out"] > 0
+    # Same data, same math: both schedules see the same losses.
+    assert res[0]["losses"] == pytest.approx(res[1]["losses"], rel=1e-5)
+    # Recompute on stages 0-1 lowers their peak memory below 1F1B's.
+    assert obscura["stages"][0]["peak_bytes"] < res[0]["stages"][0]["peak_bytes"]
+    for name in ("measured.png", "1f1b_measured.png", "obscura_measured.png", "table.txt"):
+        assert (out / name).stat().st_size > 0
+    table = capsys.readouterr().out
+    assert "tokens/s" in table and "obscura:adjusted=1" in table
+
+
+@pytest.mark.slow
+def test_compare_on_two_processes_with_two_devices_each(tmp_path):
+    """Process 0 writes the table, the JSON and the charts, with every stage's row
+    and the process that ran it; the others write nothing."""
+    from tests.obscura_jax.mp_helpers import TINY, run
+    rc, text = run(["compare", *TINY, "--processes", "2", "--devices-per-process", "2", "--steps", "2",
+                    "--schedules", "1f1b,obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5",
+                    "--out", str(tmp_path)], timeout=300)
+    assert rc == 0, text[-3000:]
+    assert all(line.startswith(("[p0]", "obscura: started", "[p1] [Gloo]")) for line in text.splitlines()), text
+    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == ["1f1b", "obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5"]
+    for r in runs:
+        assert r["processes"] == 2 and [st["process"] for st in r["stages"]] == [0, 0, 1, 1]
+        assert r["timeline"] is not None and r["simulated_iteration_time"] > 0
+    assert runs[0]["losses"] == pytest.approx(runs[1]["losses"], rel=1e-5)
+    assert (tmp_path / "table.txt").exists() and (tmp_path / "measured.png").exists()

@@ -1,0 +1,140 @@
+"""`obscura train` end to end through obscura_jax.cli.main: the JSON contract,
+checkpoint/resume, and bad input (one line, exit 2, nothing overwritten). All runs
+share one small shape so the compiled stage programs are reused."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from obscura_jax.cli import main
+
+BASE = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "4",
+        "--micro-batch-size", "2", "--seq-len", "16", "--devices", "cpu:4", "--no-progress",
+        "--cost-reps", "1"]
+
+
+def train(*extra):
+    return main(BASE + list(extra))
+
+
+def snapshot(d):
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, d)] = fh.read()
+    return out
+
+
+def test_train_json_and_gantt(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    png = tmp_path / "tl.png"
+    assert train("--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "1", "--swap-fraction", "0.5",
+                 "--steps", "3", "--json", str(out), "--gantt", str(png), "--check") == 0
+    res = json.loads(out.read_text())
+    assert len(res["losses"]) == 3 and all(np.isfinite(res["losses"]))
+    assert res["check"]["equal"] and res["check"]["max_loss_rel_diff"] <= 1e-5
+    for key in ("iteration_time", "simulated_iteration_time", "tokens_per_second"):
+        assert res[key] > 0
+    assert len(res["stages"]) == 4
+    for st in res["stages"]:
+        assert st["peak_bytes"] > st["weight_bytes"] > 0
+        assert st["residual_bytes_per_microbatch"] > 0 and st["simulated_peak_bytes"] > 0
+    # Adjusted stages run full recompute: fewer residual bytes than the plain stages.
+    assert res["stages"][0]["policy"]["name"] == "full" and res["stages"][3]["policy"]["name"] == "none"
+    assert res["stages"][1]["residual_bytes_per_microbatch"] < res["stages"][2]["residual_bytes_per_microbatch"]
+    assert res["swap"]["bytes_out"] > 0 and res["swap"]["bytes_out"] == res["swap"]["bytes_in"]
+    tl = res["timeline"]
+    assert tl["num_stages"] == 4 and tl["makespan"] > 0
+    measured_ops = sum(len(s["ops"]) for s in tl["stages"])
+    assert measured_ops == sum(len(s["ops"]) for s in res["simulated_timeline"]["stages"]) > 4 * 4 * 2
+    assert png.exists() and png.with_suffix(".svg").exists()
+    printed = capsys.readouterr().out
+    assert "iteration time" in printed and "check vs unpipelined model" in printed
+
+
+def test_resume_gives_the_uninterrupted_step_3_loss(tmp_path):
+    whole, first, second = (tmp_path / n for n in ("whole.json", "first.json", "second.json"))
+    ck = tmp_path / "ck"
+    common = ["--schedule", "1f1b", "--data", "stdlib"]
+    assert train(*common, "--steps", "3", "--json", str(whole)) == 0
+    assert train(*common, "--steps", "2", "--checkpoint-dir", str(ck), "--json", str(first)) == 0
+    saved = snapshot(ck)
+    # A fresh run may not reuse a directory holding checkpoints...
+    assert train(*common, "--steps", "3", "--checkpoint-dir", str(ck)) == 2
+    # ...a run with bad input fails before touching it...
+    assert train("--schedule", "nonesuch", "--steps", "3", "--checkpoint-dir", str(ck), "--resume") == 2
+    assert snapshot(ck) == saved
+    # ...and a resumed run (here with another schedule: same math) continues at step 3.
+    assert train("--schedule", "gpipe", "--data", "stdlib", "--steps", "3", "--checkpoint-dir", str(ck),
+                 "--resume", "--json", str(second)) == 0
+    w, a, b = (json.loads(p.read_text()) for p in (whole, first, second))
+    assert a["steps"] == [1, 2] and b["steps"] == [3] and b["start_step"] == 2
+    np.testing.assert_allclose(a["losses"], w["losses"][:2], rtol=1e-6)
+    np.testing.assert_allclose(b["losses"], w["losses"][2:], rtol=1e-6)
+    # The older checkpoint stays until the new one is complete (both kept).
+    assert {"2", "3"} <= set(os.listdir(ck))
+    # Resuming with a different partition is refused.
+    assert train("--schedule", "1f1b", "--stages", "2", "--data", "stdlib", "--steps", "5",
+                 "--checkpoint-dir", str(ck), "--resume") == 2
+
+
+BAD = [
+    (["--schedule", "nonesuch"], "unknown schedule"),
+    (["--stages", "11"], "11"),                      # llama2-tiny has 10 units
+    (["--devices", "cpu:0"], "N >= 1"),
+    (["--devices", "cpu:64"], "only"),
+    (["--stage-devices", "0,1,2,99"], "does not exist"),
+    (["--data", "/nonexistent/tokens.bin"], "not found"),
+    (["--policy", "nonesuch"], "nonesuch"),
+    (["--swap-fraction", "1.5"], "swap"),
+    (["--resume"], "--checkpoint-dir"),
+    (["--schedule", "1f1b", "--plan", "/nonexistent/plan.json"], "not found"),
+]
+
+
+@pytest.mark.parametrize("extra, msg", BAD, ids=[" ".join(e) for e, _ in BAD])
+def test_bad_input_is_one_line_exit_2(extra, msg, capsys, tmp_path):
+    assert train(*extra, "--steps", "1", "--json", str(tmp_path / "x.json")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("obscura: error:") and msg in err and "\n" not in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_invalid_schedule_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "obscura-schedule/1", "name": "broken", "num_stages": 2,
+                               "num_microbatches": 1,
+                               "stages": [{"actions": ["F0", "B0"]}, {"actions": ["B0", "F0"]}]}))
+    assert train("--schedule", str(bad), "--stages", "2") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("obscura: error:") and "\n" not in err
+
+
+def test_plan_runs_its_partition_policies_and_order(tmp_path):
+    """A plan (obscura-plan/1) with an uneven partition, a per-op recompute set and
+    swapping on stage 0 trains with the plan's settings and the plain math."""
+    stages = [{"units": [0, 4], "adjusted": True, "recompute": ["mlp_act", "mlp_mul"], "swap_blocks": 1,
+               "swap_fraction": 0.5, "predicted_peak_bytes": 0},
+              {"units": [4, 5], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
+              {"units": [5, 7], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
+              {"units": [7, 10], "adjusted": False, "recompute": [], "swap_blocks": 0,
+               "swap_fraction": 0.0, "predicted_peak_bytes": 0}]
+    plan = {"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4, "memory_limit": 10**9,
+            "schedule": "obscura", "stages": stages, "predicted_iteration_time": 0.0,
+            "baselines": {"dapple": None}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out, ref = tmp_path / "plan_run.json", tmp_path / "gpipe.json"
+    assert main(BASE[:3] + BASE[7:] + ["--plan", str(tmp_path / "plan.json"), "--steps", "2",
+                                      "--json", str(out)]) == 0
+    assert train("--schedule", "gpipe", "--steps", "2", "--json", str(ref)) == 0
+    res, base = json.loads(out.read_text()), json.loads(ref.read_text())
+    assert [st["units"] for st in res["stages"]] == [[0, 4], [4, 5], [5, 7], [7, 10]]
+    assert res["stages"][0]["policy"]["recompute"] == ["mlp_act", "mlp_mul"]
+    assert [st["policy"]["name"] for st in res["stages"][1:]] == ["none"] * 3
+    assert res["adjusted_stages"] == [0] and res["swap"]["bytes_out"] > 0
+    np.testing.assert_allclose(res["losses"], base["losses"], rtol=1e-5)

@@ -1,0 +1,65 @@
+"""Running the `obscura` command line with several local processes from a test:
+bounded in time (the launcher's process group is killed on timeout; its children
+die with it), output lines kept with the time they arrived."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--model", "llama2-tiny", "--stages", "4", "--microbatches", "4", "--micro-batch-size", "2",
+        "--seq-len", "16", "--devices", "cpu", "--no-progress", "--cost-reps", "1"]
+
+
+@dataclass
+class Launched:
+    proc: subprocess.Popen
+    started: float
+    lines: list = field(default_factory=list)      # (seconds since start, line)
+
+    def text(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError(f"launcher still running after {timeout:.0f} s:\n{self.text()[-3000:]}")
+
+    def pids(self) -> list[int]:
+        """The children's pids, from the launcher's first line."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for _, line in self.lines:
+                if line.startswith("obscura: started"):
+                    return [int(p) for p in line.split("(pids ")[1].split(")")[0].split(", ")]
+            time.sleep(0.05)
+        raise AssertionError(f"no start line:\n{self.text()}")
+
+
+def launch(args: list[str], env: dict | None = None) -> Launched:
+    proc = subprocess.Popen([sys.executable, "-m", "obscura_jax", *args], cwd=ROOT, text=True, bufsize=1,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, **(env or {})))
+    run = Launched(proc, time.monotonic())
+
+    def read():
+        for line in proc.stdout:
+            run.lines.append((time.monotonic() - run.started, line))
+    threading.Thread(target=read, daemon=True).start()
+    return run
+
+
+def run(args: list[str], timeout: float, env: dict | None = None) -> tuple[int, str]:
+    launched = launch(args, env)
+    rc = launched.wait(timeout)
+    time.sleep(0.1)          # the reader's last lines
+    return rc, launched.text()

@@ -1,0 +1,41 @@
+"""One process of a multi-process test run (started by obscura_jax.launch.launch_local
+with command `python -m tests.obscura_jax.multiprocess_driver`): trains every case of
+numerics_cases.CASES in turn on its share of the stages, and process 0 writes each
+case's losses and gathered final params to OUT/case<i>.pkl (plus the clock offsets).
+
+    python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS
+"""
+import os
+import pickle
+import sys
+
+from obscura_jax.distributed import gather_params, run_distributed
+from obscura_jax.launch import process_spec
+from obscura_jax.placement import place_across_processes
+from obscura_jax.trainer import train
+from tests.obscura_jax.numerics_cases import CASES, run_config
+
+
+def body(group, out: str) -> int:
+    offsets = group.gather("clock-offsets", group.clock_offset)
+    for i, (schedule, kw) in enumerate(CASES):
+        outcome = train(run_config("llama2-tiny", schedule, **kw), lambda p: place_across_processes(p, "cpu"),
+                        log=lambda *_: None, group=group)
+        params = gather_params(outcome, group)
+        stages = [d.process_index for d in outcome.pipeline.placement.devices]
+        if group.is_leader:
+            with open(os.path.join(out, f"case{i}.pkl"), "wb") as f:
+                pickle.dump({"losses": [s.loss for s in outcome.steps], "params": params,
+                             "stage_process": stages, "swap_bytes": outcome.swap_counters.get("bytes_out", 0),
+                             "offsets": offsets}, f)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    out, per_process = argv[0], int(argv[1])
+    spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
+    return run_distributed(spec, lambda group: body(group, out))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

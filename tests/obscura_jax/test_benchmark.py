@@ -1,0 +1,52 @@
+"""The engine benchmark's reading of an nvidia-smi log (obscura_jax.benchmark): busy
+samples of a run's time window, medians and throttle reasons; and the lines it prints
+for a GPU run (measured / one-GPU serial simulation, dispatch per action, clocks)."""
+from datetime import datetime
+
+from obscura_jax.benchmark import _gpu_lines, busy_window
+
+HEADER = ("timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, "
+          "utilization.gpu [%], clocks_event_reasons.active\n")
+
+
+def stamp(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+
+def test_busy_window_keeps_busy_samples_inside_the_window(tmp_path):
+    t0 = 1_800_000_000.0
+    rows = [(t0 - 5, 1980, 300, 100, "0x0000000000000000"),       # before the window
+            (t0 + 1, 345, 80, 0, "0x0000000000000001"),           # idle
+            (t0 + 2, 1500, 699, 100, "0x0000000000000004"),
+            (t0 + 3, 1520, 701, 98, "0x0000000000000004"),
+            (t0 + 4, 1980, 420, 100, "0x0000000000000000")]
+    path = tmp_path / "smi.csv"
+    path.write_text(HEADER + "".join(f"{stamp(t)}, {sm} MHz, 3201 MHz, {w} W, 40, {u} %, {r}\n"
+                                     for t, sm, w, u, r in rows) + "garbage line\n")
+    got = busy_window(path, t0, t0 + 10)
+    assert got["busy_samples"] == 3 and got["sm_clock_mhz"] == 1520 and got["power_w"] == 699
+    assert got["throttle_reasons"] == ["0x0000000000000000", "0x0000000000000004"]
+    assert busy_window(path, t0 + 100, t0 + 200) is None
+    assert busy_window(tmp_path / "missing.csv", t0, t0 + 1) is None
+
+
+def test_gpu_lines_give_the_serial_ratio_dispatch_and_clocks():
+    row = {"iteration_time": 1.30, "simulated_serial_time": 1.25, "measured_over_serial_simulation": 1.04,
+           "device_peak_bytes": 2**36, "simulated_peak_sum": 2**35, "swap": {"bytes_out": 0},
+           "dispatch_us": {"all_median": 14000.0, "all": 18000.0, "all_p10": 1300.0, "F": 9900.0, "B": 25900.0},
+           "gpu_clocks": {"sm_clock_mhz": 1500, "power_w": 700, "throttle_reasons": ["0x4"], "busy_samples": 9}}
+    text = "\n".join(_gpu_lines("1f1b", row))
+    assert "= 1.040" in text and "median 14,000 us" in text and "SM clock median 1500 MHz" in text
+
+
+def test_breakdown_of_the_h200_power_cap_run():
+    """results/h200/power_cap/gpu_1f1b.json (the run that found the 12%): no gaps, and
+    every F and B ~9-10% longer in the pipeline than its standalone (boost-clock) cost."""
+    import json
+    from pathlib import Path
+
+    from obscura_jax.benchmark import pipeline_breakdown
+    res = json.loads((Path(__file__).resolve().parents[2] / "results/h200/power_cap/gpu_1f1b.json").read_text())
+    b = pipeline_breakdown(res)
+    assert abs(b["idle_seconds"]) < 1e-9 and b["compute_seconds"] == b["makespan"]
+    assert 1.08 < b["F_pipeline_over_standalone"] < 1.09 and 1.10 < b["B_pipeline_over_standalone"] < 1.11

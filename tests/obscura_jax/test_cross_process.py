@@ -1,0 +1,83 @@
+"""The engine across processes (obscura_jax.cross_process, through the whole runtime):
+llama2-tiny, p=4, m=8, 3 steps of AdamW, every schedule of numerics_cases (gpipe,
+1f1b, recomp K=1 and K=all, strawman K=1, obscura K=1 with swapping) trained by 4
+local processes x 1 CPU device, and by 2 processes x 2 devices (two stages per
+process), each in ONE launch running all cases in turn. Per-step losses equal the
+engine on one stage (`--stages 1`) and the unpipelined model at rtol 1e-5; final
+params within the engine's documented tolerance (checks.tolerances)."""
+import io
+import pickle
+import sys
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+from obscura_jax.checks import tolerances
+from obscura_jax.launch import launch_local
+from obscura_jax.placement import place_stages
+from obscura_jax.run_config import RunConfig
+from obscura_jax.trainer import train
+from tests.obscura_jax.numerics_cases import B, CASES, IDS, M, STEPS, T, make_reference, run_config
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]   # the launcher forks to exec
+LAUNCH_TIMEOUT = 420
+
+
+@pytest.fixture(scope="module")
+def reference():
+    model, cfg, losses, params, _, _ = make_reference("llama2-tiny")
+    one_stage = train(RunConfig(model=model, stages=1, microbatches=M, steps=STEPS, micro_batch_size=B,
+                                seq_len=T, measure_costs=False, record_timeline=False),
+                      lambda p: place_stages(p, "cpu", 1), log=lambda *_: None)
+    return cfg, losses, params, [s.loss for s in one_stage.steps]
+
+
+def run_launch(tmp_path, processes: int, per_process: int) -> dict:
+    log = io.StringIO()
+    rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)], processes,
+                                       devices_per_process=per_process, out=log,
+                                       command=[sys.executable, "-m", "tests.obscura_jax.multiprocess_driver"]))
+    assert rc == 0, log.getvalue()[-3000:]
+    return {case: pickle.loads((tmp_path / f"case{i}.pkl").read_bytes()) for i, case in enumerate(IDS)}
+
+
+def _bounded(fn):
+    """fn() in a thread, failing the test (not hanging CI) after LAUNCH_TIMEOUT s; the
+    launcher's children die with it (PR_SET_PDEATHSIG) when pytest exits."""
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("rc", fn()), daemon=True)
+    t.start()
+    t.join(LAUNCH_TIMEOUT)
+    if t.is_alive():
+        pytest.fail(f"multi-process run not done after {LAUNCH_TIMEOUT} s")
+    return box["rc"]
+
+
+def check_results(results: dict, reference, stage_process: list[int]) -> None:
+    cfg, ref_losses, ref_params, one_stage = reference
+    np.testing.assert_allclose(one_stage, ref_losses, rtol=1e-5)
+    for case, res in results.items():
+        assert res["stage_process"] == stage_process, case
+        np.testing.assert_allclose(res["losses"], one_stage, rtol=1e-5, err_msg=case)
+        np.testing.assert_allclose(res["losses"], ref_losses, rtol=1e-5, err_msg=case)
+        kw = dict(zip(IDS, CASES))[case][1]
+        rtol, atol = tolerances(run_config("llama2-tiny", "1f1b", **kw), cfg)
+        assert sorted(res["params"]) == sorted(ref_params), case
+        for name in ref_params:
+            for a, b in zip(jax.tree.leaves(res["params"][name]), jax.tree.leaves(ref_params[name]), strict=True):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=f"{case} {name}")
+    assert results[IDS[-1]]["swap_bytes"] > 0          # obscura swapped
+    offsets = next(iter(results.values()))["offsets"]
+    assert offsets[0] == 0.0 and all(abs(o) < 0.05 for o in offsets)   # one host: the true offset is 0
+
+
+def test_four_processes_one_device_each_train_like_the_plain_model(tmp_path, reference):
+    check_results(run_launch(tmp_path, 4, 1), reference, [0, 1, 2, 3])
+
+
+def test_two_processes_two_stages_each_train_like_the_plain_model(tmp_path, reference):
+    check_results(run_launch(tmp_path, 2, 2), reference, [0, 0, 1, 1])
+

@@ -1,0 +1,59 @@
+"""The training loop (obscura_jax.trainer) called directly: steps and losses, the
+measured and simulated timelines, the summary's per-stage accounting, and the
+in-run swap overlap. (`obscura train` end to end: tests/obscura_jax/commands/.)"""
+import numpy as np
+import pytest
+
+from models.units import tree_bytes
+from obscura_jax.errors import RunError
+from obscura_jax.placement import place_stages
+from obscura_jax.run_config import RunConfig
+from obscura_jax.summary import summarize
+from obscura_jax.trainer import identity_of, train
+
+RUN = dict(model="llama2-tiny", stages=2, microbatches=2, micro_batch_size=2, seq_len=16, cost_reps=1,
+           learning_rate=1e-2)
+
+
+@pytest.fixture(scope="module")
+def outcome():
+    return train(RunConfig(steps=3, schedule="1f1b", **RUN), lambda p: place_stages(p, "cpu", 2), log=lambda s: None)
+
+
+def test_steps_losses_and_timelines(outcome):
+    assert [s.step for s in outcome.steps] == [1, 2, 3]
+    assert all(np.isfinite(s.loss) and s.seconds > 0 for s in outcome.steps)
+    assert [s.recorded for s in outcome.steps] == [False, False, True]     # the last step is recorded
+    assert outcome.timeline is not None and outcome.simulated is not None
+    n_ops = sum(len(spec.actions) for spec in outcome.pipeline.schedule.stages)
+    assert len(outcome.timeline.ops) == len(outcome.simulated.ops) == n_ops
+    assert outcome.update_seconds is not None and outcome.update_seconds > 0
+
+
+def test_summary_accounts_for_each_stage(outcome):
+    res = summarize(outcome)
+    assert res["format"] == "obscura-train/1" and res["steps"] == [1, 2, 3]
+    assert res["iteration_time"] > 0 and res["simulated_iteration_time"] > res["simulated_makespan"]
+    for s, row in enumerate(res["stages"]):
+        st = outcome.states[s]
+        assert row["weight_bytes"] == tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state)
+        assert row["accounted_peak_bytes"] == (row["weight_bytes"] + row["peak_activation_bytes"]
+                                               + row["temp_bytes"])
+        assert row["peak_source"] == "accounting"          # CPU devices have no memory_stats
+
+
+def test_identity_names_what_a_resumed_run_must_share(outcome):
+    ident = identity_of(outcome.config, outcome.pipeline.partition, outcome.pipeline.schedule)
+    assert ident["model"] == "llama2-tiny" and ident["microbatches"] == 2
+    assert ident["units"] == [list(r) for r in outcome.pipeline.partition]
+
+
+def test_a_finished_checkpoint_has_nothing_left_to_do(outcome, tmp_path):
+    from obscura_jax.checkpoint import PipelineCheckpointer
+    ident = identity_of(outcome.config, outcome.pipeline.partition, outcome.pipeline.schedule)
+    ck = PipelineCheckpointer(tmp_path, resume=False)
+    ck.save(3, [(st.params, st.opt_state) for st in outcome.states], ident)
+    ck.close()
+    run = RunConfig(steps=3, schedule="1f1b", checkpoint_dir=str(tmp_path), resume=True, **RUN)
+    with pytest.raises(RunError, match="nothing to do for --steps 3"):
+        train(run, lambda p: place_stages(p, "cpu", 2), log=lambda s: None)

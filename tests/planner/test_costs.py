@@ -1,0 +1,51 @@
+"""planner.costs: the one place profile numbers become StageCosts, stage views and
+partitions."""
+import pytest
+
+from planner.costs import check_partition, kept_bytes, move_unit, stage_costs, stage_views, working_bytes
+from planner.errors import PlanError
+from planner.profile import FULL
+from tests.planner.synthetic import MB, synthetic_profile
+
+
+def test_stage_costs_sum_units_and_boundaries():
+    prof = synthetic_profile(num_layers=4)  # 10 units
+    part = ((0, 3), (3, 6), (6, 10))
+    c = stage_costs(prof, part, [frozenset(), frozenset({"mlp_act"}), frozenset({FULL})])
+    a, m, e, h = (prof.unit(k) for k in ("attn", "mlp", "embed", "head"))
+    assert c.fwd[0] == pytest.approx(e.fwd_time + a.fwd_time + m.fwd_time)
+    assert c.bwd[2] == pytest.approx(a.bwd_time + 2 * m.bwd_time + h.bwd_time)
+    assert prof.kinds[3:6] == ("attn", "mlp", "attn")
+    assert c.weight_bytes[1] == 2 * a.weight_bytes + m.weight_bytes
+    assert c.recompute == (0.0, pytest.approx(m.op("mlp_act").fwd_time), pytest.approx(
+        a.fwd_time + 2 * m.fwd_time + h.fwd_time))
+    assert c.act_bytes_recompute[1] == c.act_bytes[1] - m.op("mlp_act").act_bytes
+    assert c.act_bytes_recompute[2] == sum(prof.unit(k).input_bytes for k in prof.kinds[6:10])
+    assert c.boundary_bytes == (a.input_bytes, m.input_bytes, 0.0)
+    assert c.host_bandwidth == prof.host_bandwidth
+
+
+def test_working_bytes_is_the_largest_single_unit():
+    prof = synthetic_profile(num_layers=4)
+    assert working_bytes(prof, (1, 5), ()) == 0
+    assert working_bytes(prof, (1, 5), {"mlp_act", "attn_core"}) == 2.7 * MB
+    assert working_bytes(prof, (1, 3), {FULL}) == pytest.approx(prof.unit("mlp").kept_bytes(()) - 1 * MB)
+
+
+def test_partitions():
+    assert check_partition([[0, 2], [2, 5]], 5) == ((0, 2), (2, 5))
+    for bad in ([(0, 2), (3, 5)], [(0, 2), (2, 2), (2, 5)], [(0, 2), (2, 4)]):
+        with pytest.raises(PlanError):
+            check_partition(bad, 5)
+    part = ((0, 4), (4, 8), (8, 12), (12, 16))
+    assert move_unit(part, 0, 3) == ((0, 3), (3, 7), (7, 11), (11, 16))
+    assert move_unit(part, 3, 1) == ((0, 4), (4, 9), (9, 13), (13, 16))
+    with pytest.raises(PlanError):
+        move_unit(((0, 1), (1, 4)), 0, 1)
+
+
+def test_kept_bytes_takes_the_larger_traced_figure():
+    prof = synthetic_profile(num_layers=2)
+    traced = lambda kind, r: 123 * MB if kind == "attn" else 0.0  # noqa: E731
+    assert kept_bytes(prof, (1, 3), (), traced) == 123 * MB + prof.unit("mlp").kept_bytes(())
+    assert stage_views(prof, ((0, 3), (3, 6)))[1].kinds == ("attn", "mlp", "head")

@@ -1,0 +1,133 @@
+"""planner.profiler with an injected unit timer (the planner never imports the
+engine), and end to end on CPU: `obscura profile` (llama2-tiny, real compiled
+programs; the command passes obscura_jax.measure.time_unit_program) -> `obscura
+plan` with a limit that forces adjusted stages -> a plan the engine can run (its
+schedule validates, its stages are the engine's unit ranges)."""
+from dataclasses import dataclass
+
+import pytest
+
+import models
+from obscura_jax.cli import main
+from planner.baselines import minimum_memory
+from planner.identify import stage_peak_1f1b
+from planner.errors import ProfileError
+from planner.plan import load_plan, plan_to_schedule
+from planner.profile import load_profile
+from planner.profiler import profile_model
+from planner.residuals import exact_unit_kept, marginal_op_bytes
+from planner.search import Setting
+from schedules import validate
+
+P, M = 4, 8
+
+
+@dataclass(frozen=True)
+class FakeTiming:
+    fwd: float
+    bwd: float
+    residual_bytes: int
+    temp_bytes: int = 0
+
+
+def test_the_injected_timer_prices_every_unit():
+    """profile_model takes the unit forward/backward from `time_unit` (called once
+    per unit kind with that unit's range and the all-saved policy) and measures
+    the rest itself."""
+    cfg = models.get_config("llama2-tiny")
+    seen = []
+
+    def time_unit(cfg_, unit_range, policy, device, params, x, targets, reps):
+        seen.append((unit_range, policy.name, reps, targets is not None))
+        return FakeTiming(0.001 * (len(seen)), 0.002 * len(seen), 0, temp_bytes=64)
+
+    run = profile_model(cfg, 16, 1, time_unit=time_unit, reps=1, ops=["mlp_act"])
+    assert [r for r, *_ in seen] == [(0, 1), (1, 2), (2, 3), (cfg.num_units - 1, cfg.num_units)]
+    assert all(pol == "none" and reps == 1 for _, pol, reps, _ in seen) and seen[3][3]
+    assert [u.fwd_time for _, u in run.profile.units] == [0.001, 0.002, 0.003, 0.004]
+    assert run.profile.unit("mlp").bwd_time == 0.006
+    assert any("XLA scratch 64 B" in n for n in run.notes)                    # the timer's temp bytes
+    assert any("engine residual 0 B" in n for n in run.notes)                 # checked against the trace
+    with pytest.raises(ProfileError, match="unknown op"):
+        profile_model(cfg, 16, 1, time_unit=time_unit, ops=["nope"])
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    path = tmp_path_factory.mktemp("e2e") / "tiny.json"
+    assert main(["profile", "--model", "llama2-tiny", "--seq-len", "64", "--micro-batch", "2",
+                 "--reps", "2", "--json", str(path)]) == 0
+    return path, load_profile(path)
+
+
+@pytest.mark.slow
+def test_profile_bytes_are_the_engines(measured):
+    _, prof = measured
+    cfg = models.get_config("llama2-tiny")
+    import models.info as info
+    assert prof.device == "cpu" and prof.model == "llama2-tiny" and prof.seq_len == 64
+    for kind, unit in prof.units:
+        # input + every op = what jax.vjp keeps with nothing recomputed; input = with everything
+        assert unit.kept_bytes(()) == info.unit_residual_bytes(cfg, kind, "none", 64, 2)
+        assert unit.input_bytes == info.unit_residual_bytes(cfg, kind, "full", 64, 2)
+        assert unit.fwd_time > 0 and unit.bwd_time > 0 and unit.weight_bytes > 0
+        assert all(o.fwd_time >= 0 and o.act_bytes >= 0 for _, o in unit.ops)
+    # params + grads + optax adamw's state (mu, nu and a step count)
+    import jax
+    import optax
+    params = models.init_params(cfg, 0, (1, 2))
+    nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))  # noqa: E731
+    assert prof.unit("attn").weight_bytes == 2 * nbytes(params) + nbytes(optax.adamw(1e-3).init(params))
+    assert prof.unit("attn").weight_bytes >= 4 * nbytes(params)
+    # the traced check recognises the profile; recomputing q alone frees nothing
+    kept = exact_unit_kept(prof)
+    assert kept is not None
+    assert kept("attn", frozenset({"q"})) == kept("attn", frozenset())
+    assert marginal_op_bytes(prof)["attn"][1]["q"] == 0
+
+
+@pytest.mark.slow
+def test_profile_then_plan_with_adjusted_stages(measured, tmp_path, capsys):
+    path, prof = measured
+    even = tuple(models.even_partition(prof.num_units, P))
+    need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
+    floor = minimum_memory(Setting(prof, M, float("inf")), even)[0]
+    limit = int(floor + 0.3 * (need_1f1b - floor))
+    plan_path = tmp_path / "plan.json"
+    assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
+                 "--memory-limit", str(limit), "--json", str(plan_path)]) == 0
+    out = capsys.readouterr().out
+    assert "adjusted stages 0.." in out
+    plan = load_plan(plan_path)
+    assert plan.adjusted_stages and all(st.predicted_peak_bytes <= limit for st in plan.stages)
+    sched = plan_to_schedule(plan)
+    validate(sched)
+    assert [tuple(st.units) for st in plan.stages][-1][1] == models.get_config("llama2-tiny").num_units
+    for st in plan.stages:  # every stage's recompute set is a policy the models package accepts
+        models.resolve_policy(list(st.recompute), "llama")
+
+
+@pytest.mark.slow
+def test_profile_plan_train_stays_under_the_limit(measured, tmp_path, capsys):
+    """The last leg: `obscura train --plan` runs the plan; its per-stage peak in the
+    CPU accounting (weights + live activations + XLA scratch) stays under the limit
+    when the plan reserves room for the scratch, and the plan's prediction of
+    weights + live activations is never below what the engine counts."""
+    import json
+    path, prof = measured
+    even = tuple(models.even_partition(prof.num_units, P))
+    need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
+    floor = minimum_memory(Setting(prof, M, float("inf")), even)[0]
+    reserve = 2 * 2**20  # XLA scratch of one tiny stage on CPU is ~1 MiB
+    limit = int(floor + 0.3 * (need_1f1b - floor)) + reserve
+    plan_path, run_path = tmp_path / "plan.json", tmp_path / "run.json"
+    assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
+                 "--memory-limit", str(limit), "--reserve", str(reserve), "--json", str(plan_path)]) == 0
+    assert load_plan(plan_path).adjusted_stages
+    assert main(["train", "--plan", str(plan_path), "--model", "llama2-tiny", "--steps", "2",
+                 "--devices", f"cpu:{P}", "--micro-batch-size", "2", "--seq-len", "64", "--no-progress",
+                 "--json", str(run_path)]) == 0
+    assert "never under-predicted" in capsys.readouterr().out
+    for st in json.loads(run_path.read_text())["stages"]:
+        assert st["accounted_peak_bytes"] <= limit
+        assert st["planned_vs_measured_bytes"] >= 0

@@ -1,0 +1,38 @@
+"""planner.stopwatch.median_time: the one timing helper."""
+import time
+
+import jax.numpy as jnp
+import pytest
+
+from planner.stopwatch import median_time
+
+
+def test_counts_warmup_samples_and_calls():
+    calls = []
+    t = median_time(lambda: calls.append(1), 3, calls=4, warmup=2)
+    assert len(calls) == 2 + 3 * 4 and t >= 0
+
+
+def test_per_call_time_of_a_sleep():
+    assert median_time(lambda: time.sleep(0.01), 3) == pytest.approx(0.01, abs=0.009)
+    assert median_time(lambda: time.sleep(0.002), 2, calls=5) == pytest.approx(0.002, abs=0.002)
+
+
+def test_sample_length_picks_the_number_of_calls():
+    calls = []
+    median_time(lambda: calls.append(jnp.ones(2)) or calls[-1], 2, min_sample_seconds=1e-9, max_calls=7)
+    assert len(calls) == 1 + 1 + 2 * 1        # warm-up, the sizing call, 2 samples of 1 call
+    slept = []
+    median_time(lambda: slept.append(time.sleep(0.001)), 2, min_sample_seconds=1.0, max_calls=3)
+    assert len(slept) == 1 + 1 + 2 * 3        # 1 s wanted from 1 ms calls: capped at 3 calls a sample
+
+
+def test_sustain_runs_untimed_back_to_back_calls_first():
+    from planner.stopwatch import sustain
+    calls = []
+    t0 = time.perf_counter()
+    n = sustain(lambda: calls.append(jnp.ones(2)) or calls[-1], 0.05, wait_every=4)
+    assert time.perf_counter() - t0 >= 0.05 and n == len(calls) >= 1
+    calls.clear()
+    median_time(lambda: calls.append(jnp.ones(2)) or calls[-1], 2, warmup=0, sustain_seconds=0.02)
+    assert len(calls) > 2          # the sustained calls came before the 2 timed ones

@@ -1,0 +1,55 @@
+"""The one dependency rule (schedules.deps) and that its former copies are gone."""
+from pathlib import Path
+
+import pytest
+
+from schedules import Action, Kind, generate
+from schedules.deps import backward_input, dependencies, dependency_map, transfer_lag
+
+A = Action
+F, B, I, W, SO, SI = Kind.F, Kind.B, Kind.I, Kind.W, Kind.SO, Kind.SI  # noqa: E741
+
+
+@pytest.mark.parametrize("action,present,expected", [
+    (A(0, F, 3), (), ()),
+    (A(2, F, 3), (), (A(1, F, 3),)),
+    (A(3, B, 1), (), (A(3, F, 1),)),                                   # last stage: its own forward
+    (A(1, B, 1), (), (A(1, F, 1), A(2, B, 1))),
+    (A(1, I, 1), {A(2, I, 1)}, (A(1, F, 1), A(2, I, 1))),               # upstream waits for I, not W
+    (A(1, B, 1), {A(2, I, 1)}, (A(1, F, 1), A(2, I, 1))),
+    (A(1, B, 1), {A(1, SI, 1)}, (A(1, F, 1), A(2, B, 1), A(1, SI, 1))),
+    (A(1, W, 1), {A(1, I, 1)}, (A(1, I, 1),)),
+    (A(1, W, 1), (), (A(1, B, 1),)),                                   # older B + W spelling
+    (A(1, SO, 1), (), (A(1, F, 1),)),
+    (A(1, SI, 1), (), (A(1, SO, 1),)),
+])
+def test_rule(action, present, expected):
+    assert dependencies(action, present, 4) == expected
+
+
+def test_backward_input_and_map_over_a_zero_bubble_v():
+    s = generate("zb-v", 2, 3)       # stages 0, 1 on devices 0, 1; stage 2 on device 1, stage 3 on device 0
+    deps = dependency_map(s)
+    assert set(deps) == {a for row in s.rows for a in row}
+    assert deps[A(2, F, 0)] == (A(1, F, 0),)                      # the turn of the V, same device
+    assert deps[A(1, I, 0)] == (A(1, F, 0), A(2, I, 0))
+    assert backward_input(3, 0, set(deps)) == A(3, I, 0)
+
+
+def test_transfer_lag_only_between_devices():
+    where = (0, 1, 1, 0)
+    p2p = [10.0, 11.0, 12.0, 13.0]          # time over the boundary s -> s+1
+    assert transfer_lag(A(0, F, 0), A(1, F, 0), where, p2p) == 10.0
+    assert transfer_lag(A(1, F, 0), A(2, F, 0), where, p2p) == 0.0     # stages 1, 2 share device 1
+    assert transfer_lag(A(3, I, 0), A(2, I, 0), where, p2p) == 12.0    # the boundary between stages 2 and 3
+    assert transfer_lag(A(1, F, 0), A(1, I, 0), where, p2p) == 0.0
+
+
+def test_no_other_copy_of_the_rule():
+    root = Path(__file__).resolve().parents[2]
+    for path in ("schedules/validator.py", "schedules/ordering.py", "schedules/simulator.py",
+                 "schedules/timeline.py", "schedules/generators/relax.py", "obscura_jax/events.py"):
+        text = (root / path).read_text()
+        assert "from schedules.deps import" in text, path
+        for old in ("def _cross_dep", "def _cross_deps", "def _dependencies", "def _comm_wait"):
+            assert old not in text, (path, old)

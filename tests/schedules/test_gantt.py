@@ -1,0 +1,45 @@
+import pytest
+
+from schedules import StageCosts, generate, simulate
+from schedules.gantt import COLORS, _lighter, draw_gantt, draw_gantts, draw_memory
+
+
+def test_gantt_and_memory_files(tmp_path):
+    costs = StageCosts.uniform(3, 1, 2, 1, act_bytes=1.0, host_bandwidth=2.0)
+    tl = simulate(generate("obscura", 3, 6, adjusted=0, swap_blocks=1, swap_fraction=1.0), costs)
+    files = draw_gantt(tl, tmp_path / "a.png", title="x") + draw_memory(tl, tmp_path / "m.png", svg=False)
+    files += draw_gantts([tl, tl], tmp_path / "b.png", svg=False, same_scale=False)
+    assert [f.name for f in files] == ["a.png", "a.svg", "m.png", "b.png"]
+    assert all(f.stat().st_size > 1000 for f in files)
+    assert "makespan" in (tmp_path / "a.svg").read_text()
+    with pytest.raises(ValueError):
+        draw_gantts([], tmp_path / "c.png")
+
+
+def test_gantt_of_chunks_and_split_backwards(tmp_path):
+    costs = StageCosts.uniform(8, 0.5, 1.0, 0.25, act_bytes=1.0)
+    tl = simulate(generate("obscura-interleaved", 4, 8, adjusted=1, costs=costs), costs)
+    zb = simulate(generate("zb-v", 4, 8), costs)
+    files = draw_gantts([tl, zb], tmp_path / "z.png", ["interleaved", "zb-v"])
+    svg = (tmp_path / "z.svg").read_text()
+    assert all(f.stat().st_size > 1000 for f in files)
+    assert "device 0 (stages 0,4)" in svg and "device 0 (stages 0,7)" in svg
+    assert "input grad" in svg and "weight grad" in svg and "3/5" in svg     # micro-batch/stage labels
+    assert _lighter(COLORS["F"], 0) == COLORS["F"] and _lighter(COLORS["F"], 1) != COLORS["F"]
+    assert COLORS["I"] not in (COLORS["B"], COLORS["W"])
+
+
+def test_the_time_axis_says_its_unit(tmp_path):
+    costs = StageCosts.uniform(2, 1, 2, 1)
+    tl = simulate(generate("1f1b", 2, 2), costs)
+    draw_gantt(tl, tmp_path / "u.png")
+    assert "time (cost units)" in (tmp_path / "u.svg").read_text() and "makespan 9 cost units" in (tmp_path / "u.svg").read_text()
+    seconds = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 0.001, 0.002, 0.001))
+    draw_gantt(seconds, tmp_path / "ms.png", time_unit="s")
+    draw_memory(seconds, tmp_path / "mem.png", time_unit="s")
+    for name in ("ms.svg", "mem.svg"):
+        svg = (tmp_path / name).read_text()
+        assert "time (ms)" in svg and "makespan 9 ms" in svg
+    long = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1, 2, 1))
+    draw_gantt(long, tmp_path / "s.png", time_unit="s")
+    assert "time (s)" in (tmp_path / "s.svg").read_text()

@@ -1,0 +1,68 @@
+"""Files stay readable: none over 400 lines, and a function over 60 lines says why
+in its docstring (a line starting "Long:"). Every function-local import says why it
+is not at the top (a `# lazy:` comment on it or on the import just above)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("models", "schedules", "planner", "obscura_jax", "scripts")
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _sources():
+    for pkg in PACKAGES:
+        yield from sorted((ROOT / pkg).rglob("*.py"))
+
+
+def _functions(tree):
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_file_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _sources()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+    assert long == {}
+
+
+def test_long_functions_give_a_reason():
+    unexplained = []
+    for path in _sources():
+        for fn in _functions(ast.parse(path.read_text())):
+            length = fn.end_lineno - fn.lineno + 1
+            doc = ast.get_docstring(fn) or ""
+            if length > MAX_FUNCTION_LINES and not any(l.strip().startswith("Long:") for l in doc.splitlines()):
+                unexplained.append(f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} ({length} lines)")
+    assert unexplained == []
+
+
+def test_function_local_imports_say_why():
+    """A function-local import saves start-up time (JAX, matplotlib, OR-Tools, orbax)
+    or must wait for devices to be chosen; it carries a `# lazy:` comment, on its own
+    line or on the first of a group of imports right above it."""
+    unexplained = []
+    for path in _sources():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        for fn in _functions(tree):
+            body_imports = [n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            for node in body_imports:
+                if not _explained(lines, node.lineno - 1):
+                    unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno} {lines[node.lineno - 1].strip()}")
+    assert unexplained == []
+
+
+def _explained(lines: list[str], i: int) -> bool:
+    """`# lazy:` on line i, on a comment line right above, or on an import above it
+    in the same unbroken run of import lines."""
+    while i >= 0:
+        text = lines[i].strip()
+        if "# lazy:" in text or "# lazy (" in text:
+            return True
+        if not (text.startswith(("import ", "from ")) or text.startswith("#")
+                or text.endswith(",") or text.endswith(")")):
+            return False
+        i -= 1
+    return False

@@ -1,0 +1,72 @@
+"""The package layering (models <- schedules <- planner <- obscura_jax), checked on
+the source: every import, at the top of a module or inside a function, may only
+reach a package to its left. And `import schedules` starts no JAX."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ("models", "schedules", "planner", "obscura_jax")
+JAX_FREE = ("schedules",)      # may not import jax (or flax, optax) at all
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import statement in the file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def layering_violations(root: Path = ROOT) -> list[str]:
+    bad = []
+    for i, pkg in enumerate(ORDER[:-1]):
+        allowed = set(ORDER[:i + 1])
+        for path in sorted((root / pkg).rglob("*.py")):
+            for line, module in imported_modules(path):
+                top = module.split(".")[0]
+                if top in ORDER and top not in allowed:
+                    bad.append(f"{path.relative_to(root)}:{line} imports {module}")
+                if pkg in JAX_FREE and top in ("jax", "jaxlib", "flax", "optax"):
+                    bad.append(f"{path.relative_to(root)}:{line} imports {module} (JAX-free package)")
+    return bad
+
+
+def test_packages_import_only_to_their_left():
+    assert layering_violations() == []
+
+
+def test_the_check_finds_a_function_local_import(tmp_path):
+    pkg = tmp_path / "planner"
+    pkg.mkdir()
+    (pkg / "x.py").write_text("def f():\n    from obscura_jax.engine import build_program\n")
+    for other in ("models", "schedules"):
+        (tmp_path / other).mkdir()
+    assert layering_violations(tmp_path) == ["planner/x.py:2 imports obscura_jax.engine"]
+
+
+@pytest.mark.parametrize("module", ["schedules", "models", "models.errors", "schedules.sizes",
+                                   "planner.profile", "obscura_jax.cli"])
+def test_light_imports_start_no_jax(module):
+    code = f"import {module}, sys; print('jax' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_the_command_line_parser_starts_no_jax_matplotlib_or_ortools():
+    """Every sub-command module is imported to build the parser: their top-level
+    imports must stay light (heavy ones are function-local, marked `# lazy:`)."""
+    code = ("from obscura_jax.cli import build_parser; import sys; build_parser(); "
+            "print(sorted(m for m in ('jax', 'matplotlib', 'ortools') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
