@@ -68,3 +68,26 @@ def test_run_all_records_a_failure_and_a_deadline_skip(tmp_path):
     status = mgb.run_all({"late": ["--model", "llama2-tiny"]}, tmp_path, timeout=60, deadline=0.0,
                          log=lambda *_: None)
     assert status["late"].startswith("skipped")
+
+
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_committed_gpu_runs_resolve_as_obscura_train_would(gpus):
+    """Every run of the GPU call, with the committed plans of results/h200x<N>/plans,
+    goes through `obscura train`'s own flag handling and schedule/partition checks
+    (nothing is allocated): the plan matches the run's model and shape, the counts are p, m."""
+    from obscura_jax.commands.run_args import fill_defaults, plan_preset, run_config
+
+    root = REFERENCE.parents[1] / f"h200x{gpus}" / "plans"
+    shape = mgb.BenchShape(stages=gpus)
+    for label, argv in mgb.run_configs(shape, root).items():
+        args = build_parser().parse_args(["train", *argv])
+        fill_defaults(args, plan_preset(args.plan))
+        run = run_config(args)
+        cfg = run.model_config()
+        schedule, partition = run.resolve(cfg)
+        m = int(label.split("_")[0][1:])
+        assert (schedule.num_stages, schedule.num_microbatches, len(partition)) == (gpus, m, gpus), label
+        assert cfg.name == "llama2-7b" and cfg.num_layers == 4 * gpus and run.seq_len == 4096, label
+        assert run.micro_batch_size == 1 and cfg.compute_dtype == "bfloat16", label
+        if label.endswith("_obscura"):
+            assert run.plan_labels().get("plan_comparable") is True, label
