@@ -120,7 +120,7 @@ def scaled_profile(profile, scales: dict):
 def bench_profile(shape: BenchShape, reference: Path | None):
     """The profile the plans are made from: analytic (H200 rates) at the bench shape,
     scaled to the one-GPU reference run when there is one (not in --cpu-smoke)."""
-    import models
+    import models  # lazy (these three): models and the planner load JAX
     from planner.analytic import analytic_profile
     from planner.profile import derive_profile
 
@@ -136,7 +136,7 @@ def auto_memory_limit(profile, stages: int, microbatches: int) -> int:
     """A limit that forces recompute on the early stages: halfway between the 1F1B
     peaks (no recompute, even partition) of stages p/2 - 1 and p/2, so stages
     0..p/2-1 do not fit 1F1B and the later ones do."""
-    import models
+    import models  # lazy (both): models and the planner load JAX
     from planner.identify import stage_peak_1f1b
 
     even = models.even_partition(profile.num_units, stages)
@@ -151,7 +151,7 @@ def make_plans(shape: BenchShape, out: Path, memory_limit: str | None = None,
     """The plan step: plans/plan_m<m>.json for every m, and plans/plans.json (limits,
     predictions, the profile's scaling). memory_limit: a size ("20GiB") for every m,
     or None for auto_memory_limit."""
-    from planner.errors import InfeasibleError
+    from planner.errors import InfeasibleError  # lazy (these three): the planner loads JAX and OR-Tools
     from planner.plan import plan_search, save_plan
     from planner.profile import save_profile
 

@@ -23,7 +23,7 @@ def test_shape_validation():
 def test_profile_scaled_to_the_one_gpu_run_reproduces_its_costs():
     """At the reference's 16 layers the scaled profile's summed F and B are the one-GPU
     run's summed measured costs, and its host bandwidth the run's standalone GB/s."""
-    from planner.profile import derive_profile
+    from planner.profile import derive_profile  # lazy: only this test needs it
 
     prof, scales = mgb.bench_profile(mgb.BenchShape(stages=4), REFERENCE)
     ref = json.loads((REFERENCE / "gpu_1f1b.json").read_text())["costs"]
@@ -75,7 +75,7 @@ def test_committed_gpu_runs_resolve_as_obscura_train_would(gpus):
     """Every run of the GPU call, with the committed plans of results/h200x<N>/plans,
     goes through `obscura train`'s own flag handling and schedule/partition checks
     (nothing is allocated): the plan matches the run's model and shape, the counts are p, m."""
-    from obscura_jax.commands.run_args import fill_defaults, plan_preset, run_config
+    from obscura_jax.commands.run_args import fill_defaults, plan_preset, run_config  # lazy: only this test
 
     root = REFERENCE.parents[1] / f"h200x{gpus}" / "plans"
     shape = mgb.BenchShape(stages=gpus)
