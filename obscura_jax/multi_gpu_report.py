@@ -188,8 +188,8 @@ def markdown(summary: dict) -> str:
                f"{_f(o.get('standalone_gbps_out'), '{:.1f}')} / {_f(o.get('standalone_gbps_in'), '{:.1f}')}, "
                f"{_f(o.get('fraction_hidden'), '{:.0%}')}") if o else "-"
         lines.append(f"| {label} | {', '.join(map(str, w['swapping_stages']))} "
-                     f"| {_f(w['measured_gbps_out'], '{:.1f}')} / {_f(w['measured_gbps_in'], '{:.1f}')} "
-                     f"| {_f(w['standalone_gbps_out'], '{:.1f}')} / {_f(w['standalone_gbps_in'], '{:.1f}')} "
+                     f"| {_f(w['measured_gbps_out'], '{:.3g}')} / {_f(w['measured_gbps_in'], '{:.3g}')} "
+                     f"| {_f(w['standalone_gbps_out'], '{:.3g}')} / {_f(w['standalone_gbps_in'], '{:.3g}')} "
                      f"| {_f(w['overlap_with_compute'], '{:.0%}')} "
                      f"| {_f((w['hidden'] or {}).get('fraction_hidden'), '{:.0%}')} | {one} |")
     return "\n".join(lines) + "\n"
