@@ -14,10 +14,11 @@ one Obscura plan per m = 2p, 4p for a limit that forces recompute on the early s
 -> <out>/plans/. run: per m, 1F1B, DAPPLE+ (Recomp-All) and the plan, each with one
 process per GPU and with one process for all GPUs, then a swap pair (stages 0..p-2
 swapping at once, and the same with SO/SI as no-ops): runs/<label>.json,
-gantt/<label>.png. report: bench_multi_gpu.json and table.md (for BENCHMARKS.md).
+gantt/<label>.png, status_<UTC time>.json. report: bench_multi_gpu.json and table.md (for BENCHMARKS.md).
 """
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from obscura_jax import multi_gpu_bench as mgb
@@ -78,7 +79,8 @@ def bench(args) -> int:
             mgb.copy_plans(plans, out / "plans")
         status = mgb.run_all(mgb.run_configs(shape, out / "plans"), out, args.timeout, args.deadline,
                              args.runs.split(",") if args.runs else None)
-        mgb.write_json_atomic(out / f"status_{'_'.join(map(str, shape.factors))}.json", status)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())   # one file per call: merged folders keep all
+        mgb.write_json_atomic(out / f"status_{stamp}.json", status)
         for label, line in status.items():
             print(f"{label:24s} {line}")
     if args.step in ("run", "report", "all"):

@@ -17,8 +17,8 @@ def test_cpu_smoke_plan_run_report(tmp_path, capsys):
     row = summary["runs"]["m8_proc_obscura"]
     assert row["measured_over_simulated"] > 0 and len(row["peak_bytes"]) == 4
     assert "| 8 | one process per GPU | obscura |" in (tmp_path / "table.md").read_text()
-    assert json.loads((tmp_path / "status_2.json").read_text()) == {"m8_proc_obscura": out.split(
-        "m8_proc_obscura          ")[1].splitlines()[0]}
+    [status] = tmp_path.glob("status_*Z.json")
+    assert json.loads(status.read_text()) == {"m8_proc_obscura": out.split("m8_proc_obscura          ")[1].splitlines()[0]}
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
