@@ -34,30 +34,32 @@ def _target(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def check_writable(path: str | os.PathLike | None, flag: str) -> None:
+def check_writable(path: str | os.PathLike | None, flag: str, shown=None) -> None:
     """Raise one ObscuraError line (naming `flag` and the user's path) unless a file
     can be written at `path`: not a directory, and its folder (or the nearest folder
     that exists, where the rest would be created) takes a new file. Probes by
     creating and removing an empty file, so it holds for root and odd file systems
-    (/proc) alike. None: nothing to check."""
+    (/proc) alike. None: nothing to check. `shown`: the path to name instead (e.g.
+    the directory a file goes in)."""
     if path is None:
         return
+    shown = path if shown is None else shown
     if str(path).strip() == "":
         raise ObscuraError(f"{flag} is empty: give a file path")
     target = _target(path)
     if target.is_dir():
-        raise ObscuraError(f"{flag} {path}: is a directory, expected a file path")
+        raise ObscuraError(f"{flag} {shown}: is a directory, expected a file path")
     folder = target.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise ObscuraError(f"{flag} {path}: cannot write there: {folder} is not a directory")
+        raise ObscuraError(f"{flag} {shown}: cannot write there: {folder} is not a directory")
     try:
         fd, probe = tempfile.mkstemp(prefix=".obscura-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise ObscuraError(f"{flag} {path}: cannot write there: {e.strerror or e}") from None
+        raise ObscuraError(f"{flag} {shown}: cannot write there: {e.strerror or e}") from None
 
 
 def replace_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> Path:

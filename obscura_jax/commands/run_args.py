@@ -69,7 +69,8 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=None, help="total training steps (default 3)")
     g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"), help="optax optimizer")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="adamw weight decay (default 0.01)")
+    g.add_argument("--weight-decay", type=float, default=None,
+                   help="adamw weight decay, finite and >= 0 (default 0.01; adam and sgd take none)")
     g.add_argument("--warmup-steps", type=int, default=1,
                    help="steps excluded from the median iteration time (default 1)")
     g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
@@ -184,11 +185,20 @@ def run_config(args, **overrides) -> RunConfig:
         plan_scale_down=getattr(args, "plan_scale_down", False),
         checkpoint_dir=getattr(args, "checkpoint_dir", None), resume=getattr(args, "resume", False),
         checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
-        learning_rate=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+        learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides))
     kw.update(overrides)
     return RunConfig(**kw)
+
+
+def weight_decay(args) -> float:
+    """--weight-decay (adamw's; 0.01 unless given): refused with adam or sgd, which take none."""
+    if args.weight_decay is None:
+        return 0.01 if args.optimizer == "adamw" else 0.0
+    if args.optimizer != "adamw" and args.weight_decay != 0:
+        raise UsageError(f"--weight-decay applies to adamw only; --optimizer {args.optimizer} takes none")
+    return args.weight_decay
 
 
 def choose_devices(args, num_stages: int):
