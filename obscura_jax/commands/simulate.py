@@ -24,6 +24,7 @@ from pathlib import Path
 
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
+from schedules.ir import check_recompute_names
 from schedules.generators import SCHEDULES, check_pipeline_size, model_stages
 from schedules.jsonio import check_writable, read_json, write_json_atomic
 from schedules.text import timeline_ascii
@@ -188,6 +189,7 @@ def _load(args):
         warm = _int_list(args.warmup, "warmup")
         extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
     recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+    check_recompute_names(recompute)     # also where no stage is adjusted (1f1b): never ignored silently
     schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
                         swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
                         swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
