@@ -107,13 +107,19 @@ def check_out(out: Path) -> None:
 def publish(tmp: Path, out: Path) -> None:
     """Move the finished outputs in `tmp` to `out` in one rename (an earlier
     compare's directory is moved aside first and removed after)."""
-    old = None
-    if out.is_dir() and any(out.iterdir()):
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    import signal  # an interrupt waits until --out is whole again (delivered right after)
+
+    masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        old = None
+        if out.is_dir() and any(out.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, masked)
 
 
 def _compare(args, items, place, group) -> int:

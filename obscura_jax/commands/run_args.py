@@ -18,7 +18,7 @@ from schedules.jsonio import read_json
 # Defaults of the flags a preset (compare --demo) may set; a flag left at None
 # takes the preset's value, then this one.
 FLAG_DEFAULTS = {"model": "llama2-tiny", "micro_batch_size": 2, "seq_len": 64, "data": "synthetic",
-                 "steps": 3, "lr": 1e-3}
+                 "steps": 6, "lr": 1e-3}
 
 
 def fill_defaults(args, preset: dict | None = None) -> None:
@@ -66,7 +66,9 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="device index per stage (default: round-robin over the devices)")
 
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=None, help="total training steps (default 3)")
+    g.add_argument("--steps", type=int, default=None,
+                   help="total training steps (default 6: after --warmup-steps and the recorded last step, "
+                        "4 steps are timed for the min/median/max step time)")
     g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"), help="optax optimizer")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
     g.add_argument("--weight-decay", type=float, default=None,
