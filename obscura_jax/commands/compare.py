@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from pathlib import Path
@@ -107,8 +108,7 @@ def check_out(out: Path) -> None:
 def publish(tmp: Path, out: Path) -> None:
     """Move the finished outputs in `tmp` to `out` in one rename (an earlier
     compare's directory is moved aside first and removed after)."""
-    import signal  # an interrupt waits until --out is whole again (delivered right after)
-
+    # an interrupt waits until --out is whole again (delivered right after)
     masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         old = None

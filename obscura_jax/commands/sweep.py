@@ -114,12 +114,8 @@ def _device(args):
     return replace(device_spec(args.device), **changes)
 
 
-def run(args):
-    # lazy (both): the sweep loads JAX (models' parameter counts)
-    from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
-                                 load_measured, run_sweep)
-    from planner.layouts.report import header, table, trends, write_csv_atomic
-
+def _check_args(args) -> None:
+    """Every flag checked before anything is computed."""
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be >= 1, got {args.seq_len}")
     if args.gpus < 1:
@@ -136,6 +132,15 @@ def run(args):
             raise UsageError(f"--{flag.replace('_', '-')} must be a finite rate > 0, got {v}")
     check_writable(args.json, "--json")
     check_writable(args.csv, "--csv")
+
+
+def run(args):
+    # lazy (both): the sweep loads JAX (models' parameter counts)
+    from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
+                                 load_measured, run_sweep)
+    from planner.layouts.report import header, table, trends, write_csv_atomic
+
+    _check_args(args)
     cfg = models.get_config(args.model)
     hw = Hardware(device=_device(args), gpu_memory=parse_bytes(args.gpu_memory),
                   memory_reserve=parse_bytes(args.memory_reserve, allow_zero=True),
