@@ -36,7 +36,7 @@ from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_
                             swap_point)
 from schedules import SCHEDULES, Action, Schedule, StageSpec, generate, validate
 from schedules.jsonio import load_document, write_json_atomic
-from schedules.sizes import format_bytes
+from schedules.sizes import format_bytes, parse_bytes
 
 PLAN_FORMAT = "obscura-plan/1"
 
@@ -267,7 +267,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     if num_stages > profile.num_units:
         raise PlanError(f"{num_stages} stages need at least as many units; {profile.model} has {profile.num_units}")
     p, m = num_stages, num_microbatches
-    held = parse_memory_limit(reserve) if reserve not in (0, None, "0") else 0
+    held = int(parse_bytes(reserve if reserve is not None else 0, "reserve", allow_zero=True, error=PlanError))
     if held >= limit:
         raise PlanError(f"reserve {format_bytes(held, 2)} leaves nothing of the "
                         f"{format_bytes(limit, 2)} limit")
@@ -276,13 +276,12 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     setting = Setting(profile, m, usable, exact_unit_kept(profile) if exact_residuals else None)
 
     weights = [weight_bytes(profile, units) for units in even]
-    if max(weights) > usable:
+    if max(weights) > usable:   # answered before any search (smallest_feasible_limit finds the floor)
         s = max(range(p), key=lambda i: weights[i])
-        need, _ = minimum_memory(setting, even, cmb, swap)
         raise InfeasibleError(
-            f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below stage {s}'s weights "
-            f"{format_bytes(weights[s], 2)}; the smallest feasible limit is {_limit_text(need + held)}",
-            _round_up(need + held))
+            f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below stage {s}'s weights alone "
+            f"({format_bytes(weights[s] + held, 2)} with the reserve); the smallest feasible limit is above "
+            "that (planner.smallest_feasible_limit computes it)")
 
     ident = identify(profile, even, m, usable, cmb, setting.unit_kept)
     k, best = ident.last_adjusted, None
@@ -325,6 +324,16 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
                    source=PlanSource.of_profile(profile, profile_path))
     return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
                       time.perf_counter() - start, searched, source)
+
+
+def smallest_feasible_limit(profile: Profile, num_stages: int, num_microbatches: int, cmb: bool = True,
+                            swap: bool = True, reserve=0) -> int:
+    """The least memory limit (bytes, reserve included) any plan on the even
+    partition fits in: whole-unit recompute and the most swapping on stages 0..k."""
+    held = int(parse_bytes(reserve if reserve is not None else 0, "reserve", allow_zero=True, error=PlanError))
+    even = check_partition(models.even_partition(profile.num_units, num_stages), profile.num_units)
+    need, _ = minimum_memory(Setting(profile, num_microbatches, math.inf, exact_unit_kept(profile)), even, cmb, swap)
+    return _round_up(need + held)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,

@@ -6,7 +6,10 @@ import models
 from obscura_jax.cli import add_model_module
 from planner.paper import SYSTEMS as _NAMES
 from planner.profile import derive_profile, load_profile
-from schedules.sizes import format_bytes
+from obscura_jax.errors import UsageError
+from schedules.generators import check_pipeline_size
+from schedules.jsonio import check_writable
+from schedules.sizes import format_bytes, parse_bytes
 
 
 def add_parser(sub):
@@ -48,6 +51,7 @@ def run(args):
     from planner.analytic import analytic_profile  # lazy (both): they load JAX and OR-Tools
     from planner.plan import plan_search, save_plan
 
+    check_plan_args(args)
     if args.profile:
         prof = load_profile(args.profile)
     else:
@@ -64,6 +68,20 @@ def run(args):
     if args.json:
         print(f"wrote {args.json}")
     return 0
+
+
+def check_plan_args(args) -> None:
+    """Every flag checked before the profile is read or anything is searched."""
+    for flag, v in (("--stages", args.stages), ("--microbatches", args.microbatches),
+                    ("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch), ("--layers", args.layers)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+    check_pipeline_size(args.stages, args.microbatches)
+    limit = parse_bytes(args.memory_limit, "memory limit (--memory-limit)")
+    reserve = parse_bytes(args.reserve, "reserve (--reserve)", allow_zero=True)
+    if reserve >= limit:
+        raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
+    check_writable(args.json, "--json")
 
 
 def render(prof, res) -> str:
