@@ -300,5 +300,5 @@ def measured_timeline(pipe: Pipeline, events, stage_facts: list[dict]) -> Timeli
             nbytes = float(stage_facts[a.stage]["swapped_bytes_per_block"])
         records.append(OpRecord.of(a, op.start, op.end, 0.0, nbytes))
     kept = [float(f["residual_bytes"]) for f in stage_facts]
-    return Timeline.from_ops(pipe.schedule.num_stages, records, kept,
-                             name=f"{pipe.schedule.name} (measured)")
+    return Timeline.from_ops(pipe.schedule.num_stages, records, kept, name=f"{pipe.schedule.name} (measured)",
+                             stage_to_device=pipe.schedule.stage_to_device)

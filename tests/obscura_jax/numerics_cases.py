@@ -35,6 +35,10 @@ ZOO_CASES = [
     ("obscura-zb-h1", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
 ]
 ZOO_IDS = [f"{n}-{k}" for n, k in ZOO_CASES]
+# Across 4 processes (each case costs a launch's share of compiling): chunks looping
+# over the devices, the V, and the split backward with recompute and swapping.
+MP_ZOO_CASES = [ZOO_CASES[0], ZOO_CASES[2], ZOO_CASES[4]]
+MP_ZOO_IDS = [f"{n}-{k}" for n, k in MP_ZOO_CASES]
 
 
 def run_config(model, schedule, **kw):
