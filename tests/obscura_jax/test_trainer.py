@@ -73,8 +73,9 @@ def test_measured_zb_h1_timeline_shows_w_as_its_own_spans(tmp_path):
     ops = {(o.stage, o.kind, o.microbatch): o for o in out.timeline.ops}
     ws = [o for o in out.timeline.ops if o.kind is Kind.W]
     assert len(ws) == 16 and not any(o.kind is Kind.B for o in out.timeline.ops)
-    for w in ws:
-        assert w.end > w.start >= ops[(w.stage, Kind.I, w.microbatch)].end
+    for w in ws:   # a W can look instant where the waiter saw it ready together with its I
+        assert w.end >= w.start >= ops[(w.stage, Kind.I, w.microbatch)].end
+    assert sum(w.end - w.start for w in ws) > 0
     for d in range(4):
         mine = sorted(out.timeline.device_ops(d), key=lambda o: o.start)
         assert all(x.end <= y.start + 1e-12 for x, y in zip(mine, mine[1:]))
