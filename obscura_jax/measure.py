@@ -134,11 +134,12 @@ def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTim
 
 
 def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps: int) -> StageTiming:
-    """The engine's program for `unit_range` under `policy`, timed in steady state:
-    what planner.profiler.profile_model takes as its `time_unit`."""
+    """The engine's program for `unit_range` under `policy`, timed in steady state,
+    with its split backward's I and W: what planner.profiler.profile_model takes
+    as its `time_unit`."""
     shape = BatchShape(1, x.shape[0], x.shape[1])
     prog = build_program(cfg, unit_range, policy, device, shape)
-    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps))
+    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps), split=True)
 
 
 def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):
