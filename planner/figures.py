@@ -101,7 +101,8 @@ def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages:
     """planner.plan.plan_search, or None when no configuration fits the limit
     (less `reserve`, held back for what the memory model does not count)."""
     try:
-        return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve, **switches)
+        return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve,
+                           **{"families": False, **switches})   # the paper's systems: Obscura on 1F1B
     except InfeasibleError:
         return None
 
