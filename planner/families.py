@@ -14,7 +14,8 @@ bubbles). On each, the planner simulates
                 interleaved carries device d's set to each of its chunks, on the
                 even partition into p * V chunks, without swapping (and, as a
                 fallback, with full recompute on the adjusted chunks, on the
-                other devices' chunks, or on every chunk)
+                other devices' chunks, or on every chunk; ZB-H1 likewise without
+                swaps, full recompute on its adjusted stages or on every stage)
 
 and keeps the fastest that fits (`choose`). Every candidate is judged by the same
 simulator, costs (planner.costs) and memory accounting (schedules.memory), per
@@ -144,6 +145,11 @@ def candidates(setting: Setting, even: Partition, searched: Evaluation | None) -
         out["obscura_zb_h1"] = replace(base, schedule="obscura-zb-h1", order=None)
         out["obscura_zb_h1_noswap"] = replace(base, schedule="obscura-zb-h1", order=None,
                                               swap_blocks=(0,) * p, beta=0.0)
+        full = tuple(frozenset({FULL}) if s in base.adjusted else base.recompute[s] for s in range(p))
+        out["obscura_zb_h1_full"] = replace(base, schedule="obscura-zb-h1", order=None, recompute=full,
+                                            swap_blocks=(0,) * p, beta=0.0)
+    out["obscura_zb_h1_all_full"] = Config("obscura-zb-h1", even, tuple(range(p)), (frozenset({FULL}),) * p,
+                                           (0,) * p)
     return out
 
 
@@ -162,3 +168,20 @@ def choose(setting: Setting, even: Partition, best: Evaluation, searched: Evalua
         if ev.fits and (not winner.fits or rank(ev) < rank(winner)):
             winner, source = ev, name
     return winner, source, evals
+
+
+def zoo_systems(result) -> dict[str, Evaluation]:
+    """The systems a plan search (planner.plan.PlanResult, families on) compares:
+    DAPPLE+, interleaved / zb-h1 with full recompute, Obscura (the 1F1B search),
+    Obscura on interleaved and on zb-h1 (the fastest fitting candidate of each; the
+    least memory when none fits) and the planner's pick."""
+    out = {name: result.baselines[name] for name in ("dapple_plus", *FAMILY_BASELINES) if name in result.baselines}
+    if result.searched is not None:
+        out["obscura"] = result.searched
+    for system, prefix in (("obscura_interleaved", "obscura_interleaved"), ("obscura_zb_h1", "obscura_zb_h1")):
+        evs = [ev for name, ev in result.families.items() if name.startswith(prefix)]
+        fitting = [ev for ev in evs if ev.fits]
+        if fitting or evs:
+            out[system] = min(fitting, key=rank) if fitting else min(evs, key=lambda ev: max(ev.peaks))
+    out["pick"] = result.best
+    return out
