@@ -32,6 +32,7 @@ from planner import families as family_choice
 from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
 from planner.costs import Partition, check_partition, weight_bytes
 from planner.errors import InfeasibleError, PlanError
+from planner.feasibility import limit_text, round_up_limit
 from planner.families import family_of
 from planner.identify import identify, parse_memory_limit
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
@@ -349,7 +350,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             what = "whole-unit recompute" + (" and the most swapping" if swap else "")
             raise InfeasibleError(
                 f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what {what} needs; "
-                f"the smallest feasible limit is {_limit_text(need + held)}", _round_up(need + held))
+                f"the smallest feasible limit is {limit_text(need + held)}", round_up_limit(need + held))
         best = floor  # the search's grid missed it; the memory floor itself fits
         k = max(best.config.adjusted, default=-1)
     even_best = best
@@ -377,16 +378,6 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
                       time.perf_counter() - start, searched, source, candidates)
 
 
-def smallest_feasible_limit(profile: Profile, num_stages: int, num_microbatches: int, cmb: bool = True,
-                            swap: bool = True, reserve=0) -> int:
-    """The least memory limit (bytes, reserve included) any plan on the even
-    partition fits in: whole-unit recompute and the most swapping on stages 0..k."""
-    held = int(parse_bytes(reserve if reserve is not None else 0, "reserve", allow_zero=True, error=PlanError))
-    even = check_partition(models.even_partition(profile.num_units, num_stages), profile.num_units)
-    need, _ = minimum_memory(Setting(profile, num_microbatches, math.inf, exact_unit_kept(profile)), even, cmb, swap)
-    return _round_up(need + held)
-
-
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,
               swap: bool = True, partition: bool = True, ip: bool = True, reserve=0,
               profile_path=None, families: bool = True) -> Plan:
@@ -400,14 +391,3 @@ def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_l
     return plan_search(profile, num_stages, num_microbatches, memory_limit, cmb=cmb, swap=swap,
                        partition=partition, ip=ip, reserve=reserve, profile_path=profile_path,
                        families=families).plan
-
-
-def _round_up(need: float) -> int:
-    """The smallest feasible limit as a whole number of bytes, a hair above the
-    floor so the integer program's conservative rounding accepts it."""
-    return int(math.ceil(need * (1 + 1e-9))) + 4096
-
-
-def _limit_text(need: float) -> str:
-    b = _round_up(need)
-    return f"{format_bytes(b, 2)} ({b} bytes)"
