@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import obscura_jax
-from planner import InfeasibleError, make_plan, save_plan, save_profile
+from planner import make_plan, save_plan, save_profile, smallest_feasible_limit
 
 P, M, SEQ, MB = 4, 4, 32, 2
 CMB = ["attn_norm", "mlp_norm", "mlp_act", "mlp_mul", "final_norm"]   # the ops offered for recompute
@@ -40,10 +40,7 @@ def main(argv=None) -> int:
     print(f"profiled {prof.model} in {run.seconds:.1f} s on {prof.device}")
 
     need_1f1b = max(st.predicted_peak_bytes for st in make_plan(prof, P, M, 10**12).stages)
-    try:
-        make_plan(prof, P, M, 1)
-    except InfeasibleError as e:                                 # the least any plan needs
-        floor = e.smallest_feasible_limit
+    floor = smallest_feasible_limit(prof, P, M)                  # the least any plan needs
     limit = int(floor + 0.3 * (need_1f1b - floor))
     plan = make_plan(prof, P, M, limit, profile_path=out / "profile.json")
     save_plan(plan, out / "plan.json")

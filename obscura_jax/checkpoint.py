@@ -25,22 +25,67 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from obscura_jax.checkpoint_dir import DirectoryLock, warn
 from obscura_jax.errors import RunError
 
 # Fields that must match between the checkpoint and the run resuming it. The
 # schedule may differ: every schedule computes the same math.
-IDENTITY_FIELDS = ("model", "stages", "processes", "units", "seed", "data", "micro_batch_size", "seq_len",
-                   "microbatches", "optimizer")
+IDENTITY_FIELDS = ("model", "stages", "processes", "units", "seed", "data", "data_dtype", "micro_batch_size",
+                   "seq_len", "microbatches", "compute_dtype", "param_dtype", "optimizer")
 # What checkpoints written before a field existed mean by it.
 IDENTITY_DEFAULTS = {"processes": 1}
 
 
 def open_checkpointer(directory, resume: bool, group):
-    """The checkpointer for a run of `group`'s processes (all of them call this)."""
-    if group.size == 1:
-        return PipelineCheckpointer(directory, resume=resume)
-    from obscura_jax.packed_checkpoint import PackedCheckpointer  # lazy: only multi-process runs
-    return PackedCheckpointer(directory, resume=resume, group=group)
+    """The checkpointer for a run of `group`'s processes (all of them call this),
+    holding the directory's lock (taken by the leader; every process stops with the
+    same line if another run holds it) until close()."""
+    lock, refused = None, None
+    if group.is_leader:
+        try:
+            lock = DirectoryLock(directory)
+        except RunError as e:
+            refused = str(e)
+    refused = next((r for r in group.gather("checkpoint-lock", refused) if r), None)
+    if refused:
+        raise RunError(refused)
+    try:
+        if group.size == 1:
+            ckpt = PipelineCheckpointer(directory, resume=resume)
+        else:
+            from obscura_jax.packed_checkpoint import PackedCheckpointer  # lazy: only multi-process runs
+            ckpt = PackedCheckpointer(directory, resume=resume, group=group)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    ckpt.lock = lock
+    return ckpt
+
+
+def newest_readable(ckpt, identity: dict) -> int | None:
+    """The newest step whose metadata reads and belongs to this run (a checkpoint of
+    another run is an error; an unreadable one is skipped with one warning line)."""
+    if not ckpt.resume:
+        return None
+    steps = sorted(ckpt.manager.all_steps(), reverse=True)
+    for i, step in enumerate(steps):
+        try:
+            meta = ckpt.meta(step)
+        except Exception as e:  # noqa: BLE001  a damaged step: fall back to the one before
+            skip_damaged(ckpt, step, steps[i + 1] if i + 1 < len(steps) else None, e)
+            continue
+        check_identity(ckpt.directory, meta.get("identity", {}), identity)
+        ckpt.check_format(meta)
+        return int(meta["step"])
+    return None
+
+
+def skip_damaged(ckpt, step: int, previous: int | None, error: BaseException) -> None:
+    text = str(error).strip().splitlines()
+    then = f"using step {previous}" if previous is not None else "no older step: starting from scratch"
+    warn(f"checkpoint step {step} in {ckpt.directory} is damaged ({type(error).__name__}"
+         f"{': ' + text[0][:120] if text else ''}); {then}")
 
 
 def check_identity(directory, saved: dict, identity: dict) -> None:
@@ -48,6 +93,8 @@ def check_identity(directory, saved: dict, identity: dict) -> None:
     for key in IDENTITY_FIELDS:
         if key not in identity:
             continue
+        if key not in saved and key not in IDENTITY_DEFAULTS:
+            continue   # a checkpoint written before the field was recorded
         have, want = saved.get(key, IDENTITY_DEFAULTS.get(key)), _jsonable(identity[key])
         if key == "stages" and have is None:
             have = len(saved.get("units", []))
@@ -85,16 +132,21 @@ class PipelineCheckpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def meta(self, step: int) -> dict:
+        ocp = self._ocp
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def check_format(self, meta: dict) -> None:
+        if meta.get("format") == "obscura-packed/1":
+            raise RunError(f"cannot resume {self.directory}: it was written by a run of several processes")
+
     def resumable_step(self, identity: dict) -> int | None:
         """The step to resume from (None: start fresh), after checking that the
         checkpoint belongs to this run. Reads metadata only: cheap, before compiling."""
-        step = self.manager.latest_step() if self.resume else None
-        if step is None:
-            return None
-        ocp = self._ocp
-        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        check_identity(self.directory, meta.get("identity", {}), identity)
-        return int(meta["step"])
+        return newest_readable(self, identity)
+
+    def steps_before(self, step: int) -> list[int]:
+        return sorted((s for s in self.manager.all_steps() if s < step), reverse=True)
 
     def restore(self, like_state: Any, step: int) -> Any:
         """The state saved at `step`, placed like `like_state` (same tree, devices)."""
@@ -114,6 +166,9 @@ class PipelineCheckpointer:
 
     def close(self) -> None:
         self.manager.close()
+        if getattr(self, "lock", None) is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def _jsonable(value):

@@ -9,7 +9,10 @@ sub-commands at once); an option whose default needs words says it in its own he
 `--model-module MODULE_OR_PATH` (on every sub-command that takes a model) imports
 a user module that registers models (models.registry) before the command runs.
 Bad input (an ObscuraError, or a file that cannot be read or written) surfaces as
-one line `obscura: error: ...` and exit code 2 (OBSCURA_DEBUG=1 shows the
+one line `obscura: error: ...` and exit code 2; a flag argparse rejects, as one line
+`obscura CMD: error: ... (see obscura CMD --help)`, exit 2 (OneLineParser). A value
+that starts with '-' (`--memory-limit -1GiB`, `--warmup -1,2`) is read as the
+flag's value, so its own check answers (OBSCURA_DEBUG=1 shows the
 traceback instead); anything else is a bug: its traceback, a line asking to report
 it, exit code 1. The paper-figure and benchmark scripts answer the same way
 (`run_command`).
@@ -27,6 +30,31 @@ from models.errors import ObscuraError
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line with a hint to --help (no usage block), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0]} (see {self.prog} --help)\n")
+
+
+def join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--flag -1GiB` -> `--flag=-1GiB` for a flag that takes one value: argparse would
+    read '-1GiB' as a flag ("expected one argument") instead of letting the value's
+    own check answer."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub is not None and argv else None
+    actions = {o: a for p in (parser, command) if p is not None for a in p._actions for o in a.option_strings}
+    out: list[str] = []
+    for tok in argv:
+        prev = actions.get(out[-1]) if out else None
+        if (prev is not None and prev.nargs is None and tok.startswith("-") and tok != "--"
+                and tok.split("=")[0] not in actions):
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -58,7 +86,7 @@ def add_model_module(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="obscura", formatter_class=DefaultsHelpFormatter,
         description="Obscura pipeline schedules, planner and JAX pipeline engine.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -105,8 +133,14 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)   # `--processes N` re-runs it in N processes
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(join_dash_values(parser, argv))
+    if extra:   # name the sub-command whose flags these are not
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[argv[0] if argv and argv[0] in sub.choices else args.command.replace("_", "-")].error(
+            f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv   # `--processes N` re-runs it in N processes
 
     def body():
         load_model_modules(args)

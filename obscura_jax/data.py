@@ -126,4 +126,10 @@ def open_data(spec: str, *, model_vocab: int, seed: int, dtype: str | None = Non
         if model_vocab < BYTE_VOCAB:
             raise RunError(f"stdlib data needs a vocabulary of >= {BYTE_VOCAB} byte tokens, the model has {model_vocab}")
         return TokenData("stdlib", model_vocab, load_stdlib_bytes(), seed)
-    return TokenData(spec, model_vocab, load_token_file(spec, dtype), seed)
+    corpus = load_token_file(spec, dtype)
+    low, top = int(corpus.min()), int(corpus.max())   # once, before any step: a bad id never reaches a step
+    if low < 0:
+        raise RunError(f"data file {spec} holds a negative token id ({low}); ids run 0..{model_vocab - 1}")
+    if top >= model_vocab:
+        raise RunError(f"data file {spec} holds token id {top} >= the model's vocabulary {model_vocab}")
+    return TokenData(spec, model_vocab, corpus, seed)

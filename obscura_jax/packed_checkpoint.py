@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from obscura_jax.checkpoint import _jsonable, _quiet_absl, check_identity
+from obscura_jax.checkpoint import _jsonable, _quiet_absl, newest_readable
 from obscura_jax.errors import RunError
 
 
@@ -112,18 +112,20 @@ class PackedCheckpointer:
         self._sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("d",)),
                                                     jax.sharding.PartitionSpec("d"))
 
-    def _meta(self, step: int) -> dict:
+    def meta(self, step: int) -> dict:
         return self.manager.restore(step, args=self._ocp.args.Composite(meta=self._ocp.args.JsonRestore()))["meta"]
 
-    def resumable_step(self, identity: dict) -> int | None:
-        step = self.manager.latest_step() if self.resume else None
-        if step is None:
-            return None
-        meta = self._meta(step)
-        check_identity(self.directory, meta.get("identity", {}), identity)
+    _meta = meta
+
+    def check_format(self, meta: dict) -> None:
         if meta.get("format") != "obscura-packed/1":
             raise RunError(f"cannot resume {self.directory}: it was written by a single-process run")
-        return int(meta["step"])
+
+    def resumable_step(self, identity: dict) -> int | None:
+        return newest_readable(self, identity)
+
+    def steps_before(self, step: int) -> list[int]:
+        return sorted((s for s in self.manager.all_steps() if s < step), reverse=True)
 
     def _local_trees(self, state: list) -> dict[int, dict[int, tuple]]:
         """Device position -> {stage: (params, opt_state)} for this process's stages."""
@@ -181,3 +183,6 @@ class PackedCheckpointer:
 
     def close(self) -> None:
         self.manager.close()
+        if getattr(self, "lock", None) is not None:
+            self.lock.release()
+            self.lock = None

@@ -25,6 +25,17 @@ def _ratio(a, b):
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def timing_lines(res: dict) -> list[str]:
+    """Min/median/max step time, and the note when emulated devices outnumber cores."""
+    out, st = [], res.get("step_time")
+    if st:
+        out.append(f"step time over {st['timed_steps']} timed step{'s' if st['timed_steps'] > 1 else ''}: "
+                   f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}")
+    if res.get("cpu_note"):
+        out.append(f"note: {res['cpu_note']}")
+    return out
+
+
 def train_report(res: dict) -> str:
     losses = res["losses"]
     out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
@@ -42,6 +53,7 @@ def train_report(res: dict) -> str:
         rows.append(["(one shared device)", "", fmt_time(res["simulated_serial_time"]),
                      _ratio(res["iteration_time"], res["simulated_serial_time"])])
     out.append(table(["", "measured", "simulated", "meas/sim"], rows))
+    out += timing_lines(res)
     tps = res.get("tokens_per_second")
     d = res["dispatch_us"]
     out.append(f"tokens/s {tps:,.0f}" if tps else "tokens/s -")

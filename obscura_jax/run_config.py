@@ -12,11 +12,13 @@ import models
 import schedules
 from obscura_jax import plan_run
 from obscura_jax.errors import UsageError
+from schedules.generators import check_pipeline_size
 from schedules.io import load_schedule
-from schedules.ir import Schedule
+from schedules.ir import Schedule, check_recompute_names
 from schedules.validator import validate
 
 SWAP_MECHANISMS = ("device_put", "jit")
+MAX_RUN_MICROBATCHES = 4096    # per step: each is dispatched op by op on every stage
 
 
 def parse_adjusted(text):
@@ -93,6 +95,16 @@ class RunConfig:
             raise UsageError("--resume needs --checkpoint-dir")
         if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
             raise UsageError(f"--lr must be > 0, got {self.learning_rate}")
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise UsageError(f"--weight-decay must be finite and >= 0, got {self.weight_decay}")
+        if self.microbatches is not None and self.microbatches > MAX_RUN_MICROBATCHES:
+            raise UsageError(f"--microbatches must be <= {MAX_RUN_MICROBATCHES}, got {self.microbatches} (every "
+                             "micro-batch is dispatched op by op on every stage: more per step does not run in "
+                             "reasonable time)")
+        check_pipeline_size(self.stages, self.microbatches)
+        check_recompute_names(self.adjusted_policy)
+        if isinstance(self.policy, str):
+            check_recompute_names(tuple(t.strip() for t in self.policy.split(",") if t.strip()))
 
     def model_config(self):
         return models.get_config(self.model, **dict(self.model_overrides))

@@ -2,12 +2,24 @@
 a TrainOutcome whose per-stage facts were gathered from every process."""
 from __future__ import annotations
 
+import os
 import statistics
 
 import numpy as np
 
-from schedules.ir import Kind
+from schedules.ir import COMPUTE_KINDS, Kind
 from schedules.timeline import Timeline
+
+
+def cpu_note(devices) -> str | None:
+    """One line when emulated CPU devices outnumber the host's cores (their stages
+    then take turns on the cores, and measured times are not a pipeline's)."""
+    cpus = {d.id for d in devices if d.platform == "cpu"}
+    cores = os.cpu_count() or 1
+    if len(cpus) <= cores:
+        return None
+    return (f"{len(cpus)} emulated CPU devices share {cores} CPU core{'s' if cores > 1 else ''}: stages take "
+            "turns on the cores, so measured times overstate what a real pipeline would take")
 
 
 def summarize(out) -> dict:
@@ -18,6 +30,8 @@ def summarize(out) -> dict:
     logs = out.steps
     timed = [s for s in logs[run.warmup_steps:] if not s.recorded] or logs[run.warmup_steps:] or logs
     iteration = statistics.median(s.seconds for s in timed) if timed else None
+    step_time = ({"timed_steps": len(timed), "min": min(s.seconds for s in timed), "median": iteration,
+                  "max": max(s.seconds for s in timed)} if timed else None)
     recorded = [s.seconds for s in logs if s.recorded]
     sim = out.simulated
     measured = out.measured
@@ -83,7 +97,8 @@ def summarize(out) -> dict:
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
         "steps": [s.step for s in logs], "losses": [s.loss for s in logs],
         "step_seconds": [s.seconds for s in logs],
-        "iteration_time": iteration, "timeline_iteration_time": recorded[0] if recorded else None,
+        "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(devices),
+        "timeline_iteration_time": recorded[0] if recorded else None,
         "simulated_iteration_time": simulated_time,
         "simulated_makespan": sim.makespan if sim is not None else None,
         "optimizer_time": update_time,
@@ -94,13 +109,11 @@ def summarize(out) -> dict:
         "timeline": out.timeline.to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
     }
-    if shared and measured is not None:
-        c = measured.costs
-        # One device runs every stage's work in turn: no pipeline overlap is possible.
+    if shared and sim is not None:
+        # One device runs every stage's work in turn (F, B or I + W, recompute): no
+        # pipeline overlap is possible.
         result["simulated_serial_time"] = sum(
-            m * (c.fwd[s] + c.backward_time(s, spec.adjusted))
-            for s, spec in enumerate(pipe.schedule.stages)
-            for m in [pipe.schedule.num_microbatches]) + (update_time or 0.0)
+            o.end - o.start for o in sim.ops if o.kind in COMPUTE_KINDS) + (update_time or 0.0)
     return result
 
 

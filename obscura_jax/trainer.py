@@ -26,6 +26,7 @@ from tqdm import tqdm
 import schedules
 from models.units import tree_bytes
 from obscura_jax.checkpoint import open_checkpointer
+from obscura_jax.checkpoint_dir import MetricsLog
 from obscura_jax.data import BatchShape, open_data
 from obscura_jax.engine import Pipeline, build_pipeline
 from obscura_jax.errors import RunError
@@ -33,7 +34,7 @@ from obscura_jax.events import EventRecorder, events_to_json, infer_ops, merge_e
 from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
 from obscura_jax.messages import order_digest, transfer_plan
-from obscura_jax.placement import Placement
+from obscura_jax.placement import Placement, place_schedule
 from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.run_config import RunConfig
 from obscura_jax.swap import choose_leaves
@@ -77,11 +78,12 @@ class TrainOutcome:
 
 def identity_of(run: RunConfig, partition, schedule, group: ProcessGroup = SINGLE) -> dict:
     """What a checkpoint must share with a run resuming it (the schedule may differ)."""
+    cfg = run.model_config()
     return {"model": run.model, "units": [list(r) for r in partition], "stages": len(partition),
-            "processes": group.size, "seed": run.seed, "data": run.data,
+            "processes": group.size, "seed": run.seed, "data": run.data, "data_dtype": run.data_dtype,
             "micro_batch_size": run.micro_batch_size, "seq_len": run.seq_len,
-            "microbatches": schedule.num_microbatches,
-            "optimizer": [run.optimizer, run.learning_rate, run.weight_decay]}
+            "microbatches": schedule.num_microbatches, "compute_dtype": cfg.compute_dtype,
+            "param_dtype": cfg.param_dtype, "optimizer": [run.optimizer, run.learning_rate, run.weight_decay]}
 
 
 def _device_peak(device):
@@ -93,16 +95,22 @@ def _device_peak(device):
 
 def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
           group: ProcessGroup = SINGLE) -> TrainOutcome:
-    """placement_fn(num_stages) -> Placement (devices are chosen once p is known);
+    """placement_fn(n) -> Placement of n stages, one per device (devices are chosen
+    once the schedule is known: obscura_jax.placement.place_schedule);
     `group`: the run's processes as this one sees them (default: just this one)."""
     outcome, data, ckpt, identity = _prepare(run, placement_fn, group, log)
     pipe = outcome.pipeline
     before_peaks = {s: _device_peak(pipe.placement.devices[s]) for s in pipe.local_stages}
+    metrics = MetricsLog(run.checkpoint_dir) if ckpt is not None and group.is_leader else None
     try:
+        if metrics is not None:
+            metrics.start(outcome.start_step)
         if run.measure_costs:
             _measure(outcome, group)
-        events, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress)
+        events, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics)
     finally:
+        if metrics is not None:
+            metrics.close()
         if ckpt is not None:
             ckpt.close()
     _gather(outcome, group, events, peak_live, before_peaks)
@@ -113,7 +121,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     """Schedule, placement, checkpoint, pipeline and (initial or restored) state."""
     cfg = run.model_config()
     schedule, partition = run.resolve(cfg)
-    placement: Placement = placement_fn(schedule.num_stages)   # its note is in the report
+    placement: Placement = place_schedule(placement_fn, schedule)   # its note is in the report
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
@@ -133,7 +141,9 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         states = pipe.init_state(run.seed)
         outcome = TrainOutcome(run, pipe, states)
         if start is not None:
-            for s, tree in enumerate(ckpt.restore(_trees(states), start)):
+            start, trees = restore_with_fallback(ckpt, _trees(states), start, group)
+        if start is not None:
+            for s, tree in enumerate(trees):
                 if tree is not None:
                     states[s].params, states[s].opt_state = tree
             outcome.start_step = start
@@ -145,6 +155,30 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         raise
     group.progress("set-up")
     return outcome, data, ckpt, identity
+
+
+def restore_with_fallback(ckpt, like: list, step: int, group: ProcessGroup) -> tuple[int | None, list | None]:
+    """(step, trees) of the newest checkpoint from `step` down that restores on every
+    process; a damaged one is skipped with one warning line (None, None: none left)."""
+    from obscura_jax.checkpoint import skip_damaged  # lazy: only resumed runs
+    from obscura_jax.cli import error_line           # lazy: the command line's one-line form
+
+    candidates = [step] + ckpt.steps_before(step)
+    for i, cand in enumerate(candidates):
+        try:
+            trees, failure = ckpt.restore(like, cand), None
+        except RunError:
+            raise
+        except Exception as e:  # noqa: BLE001  a damaged step: every process falls back together
+            trees, failure = None, e
+        failed = [f for f in group.gather("restore", None if failure is None else
+                                          f"{type(failure).__name__}: {error_line(failure)}") if f]
+        if not failed:
+            return cand, trees
+        if group.is_leader:
+            skip_damaged(ckpt, cand, candidates[i + 1] if i + 1 < len(candidates) else None,
+                         failure or RuntimeError(failed[0]))
+    return None, None
 
 
 def _trees(states: list) -> list:
@@ -194,7 +228,8 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     group.progress("costs")
 
 
-def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup, progress: bool) -> list:
+def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup, progress: bool,
+               metrics: MetricsLog | None = None) -> list:
     """The step loop; returns the recorded step's events (this process's) and the
     peak live bytes per stage.
     Long: one step's issue, wait, shared loss, bookkeeping and checkpoint together."""
@@ -232,6 +267,8 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             if not np.isfinite(loss):
                 raise RunError(f"loss became {loss} at step {step + 1}")
             outcome.steps.append(StepLog(step + 1, loss, seconds, record))
+            if metrics is not None:
+                metrics.append(step + 1, loss, seconds)
             for k, v in result.dispatch_seconds.items():
                 outcome.dispatch.setdefault(k, []).extend(v)
             peak_live = [max(a, b) for a, b in zip(peak_live, result.ledger.peak)]
@@ -299,5 +336,5 @@ def measured_timeline(pipe: Pipeline, events, stage_facts: list[dict]) -> Timeli
             nbytes = float(stage_facts[a.stage]["swapped_bytes_per_block"])
         records.append(OpRecord.of(a, op.start, op.end, 0.0, nbytes))
     kept = [float(f["residual_bytes"]) for f in stage_facts]
-    return Timeline.from_ops(pipe.schedule.num_stages, records, kept,
-                             name=f"{pipe.schedule.name} (measured)")
+    return Timeline.from_ops(pipe.schedule.num_stages, records, kept, name=f"{pipe.schedule.name} (measured)",
+                             stage_to_device=pipe.schedule.stage_to_device)

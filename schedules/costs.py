@@ -35,13 +35,25 @@ from dataclasses import dataclass, fields, replace
 from schedules.errors import ScheduleError
 
 
+# Bounds that keep every sum the simulator forms finite and meaningful: no device
+# holds an exabyte, and no op or transfer lasts 1e12 time units (in seconds: 30,000
+# years); larger values are unit mistakes (e.g. bytes where GB were meant).
+MAX_BYTES = 1e18
+MAX_TIME = 1e12
+_BYTE_FIELDS = ("act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes", "freed_by_input_grad")
+
+
 def _tuple(name: str, values, p: int) -> tuple[float, ...]:
     vals = tuple(float(v) for v in values)
     if len(vals) != p:
         raise ScheduleError(f"StageCosts.{name} has {len(vals)} entries for {p} stages")
+    bound, unit = (MAX_BYTES, "bytes") if name in _BYTE_FIELDS else (MAX_TIME, "time units")
     for v in vals:
         if not math.isfinite(v) or v < 0:
             raise ScheduleError(f"StageCosts.{name} must be finite and >= 0, got {v}")
+        if v > bound:
+            raise ScheduleError(f"StageCosts.{name} must be <= {bound:.0e} {unit} (larger values overflow the "
+                                f"simulator's sums and are unit mistakes), got {v:g}")
     return vals
 
 
@@ -78,6 +90,14 @@ class StageCosts:
             object.__setattr__(self, name, _tuple(name, vals, p) if vals else ())
         if self.p2p_latency < 0 or self.p2p_bandwidth <= 0 or self.host_bandwidth <= 0:
             raise ScheduleError("StageCosts: latency must be >= 0 and bandwidths > 0")
+        if not (self.p2p_latency <= MAX_TIME):
+            raise ScheduleError(f"StageCosts.p2p_latency must be <= {MAX_TIME:.0e} time units, got {self.p2p_latency}")
+        for name, nbytes in (("host_bandwidth", max(self.act_bytes + self.act_bytes_recompute)),
+                             ("p2p_bandwidth", max(self.boundary_bytes))):
+            bw = getattr(self, name)
+            if bw != bw or (nbytes > 0 and nbytes / bw > MAX_TIME):
+                raise ScheduleError(f"StageCosts.{name} {bw:g} is too low: moving {nbytes:g} bytes would take "
+                                    f"{nbytes / bw:.3g} time units, more than {MAX_TIME:.0e} (check the units)")
         if not 0.0 <= self.weight_grad_fraction <= 1.0:
             raise ScheduleError("StageCosts.weight_grad_fraction must be in [0, 1]")
 

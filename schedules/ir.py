@@ -91,6 +91,19 @@ class Action:
                             f"or, stage first, 2F3)")
 
 
+def check_recompute_names(names) -> None:
+    """Every name must be an op or a preset of some registered model family
+    (models.registry; a --model-module registers more), else one line."""
+    from models.registry import all_ops, family_names, preset_names  # lazy: registry on first use
+
+    known = set(all_ops()) | {p for fam in family_names() for p in preset_names(fam)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ScheduleError(f"unknown recompute op or preset {unknown[0]!r}; known presets: "
+                            f"{', '.join(sorted({p for f in family_names() for p in preset_names(f)}))}; "
+                            "ops: those of the registered models (obscura model-info MODEL lists them)")
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """One model stage's ordered actions and its memory-saving settings.
@@ -113,6 +126,7 @@ class StageSpec:
             raise ScheduleError(f"swap fraction must be in [0, 1], got {self.swap_fraction}")
         if self.swap_blocks < 0:
             raise ScheduleError(f"swap blocks must be >= 0, got {self.swap_blocks}")
+        check_recompute_names(self.recompute)
 
     @property
     def adjusted(self) -> bool:

@@ -13,9 +13,10 @@ import re
 from models.errors import ObscuraError
 
 GiB = 2 ** 30
+MAX_SIZE = 2 ** 60     # 1 EiB: larger sizes are unit mistakes (and overflow integer byte counts)
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
           "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _BINARY = (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
 
 
@@ -34,7 +35,9 @@ def parse_bytes(text, what: str = "memory size", *, allow_zero: bool = False,
             raise error(f"cannot read a {what} from {text!r}: it is not a size "
                         f"(give bytes, or e.g. 80GiB, 85.9GB, 141e9)")
         value = float(m.group(1)) * _UNITS[unit]
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    if not math.isfinite(value) or value > MAX_SIZE:
+        raise error(f"{what} must be a finite size of at most 1 EiB (no device holds more), got {text!r}")
+    if value < 0 or (value == 0 and not allow_zero):
         raise error(f"{what} must be {'>=' if allow_zero else '>'} 0 bytes, got {text!r}")
     return value
 

@@ -110,6 +110,9 @@ def load_torch_csv(path: str | os.PathLike, name: str | None = None,
         raise ScheduleError(f"torch CSV not found: {path}") from None
     except OSError as e:
         raise ScheduleError(f"cannot read torch CSV {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ScheduleError(f"torch CSV {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                            f"at offset {e.start})") from None
     return from_torch_csv(text, name or path.stem, num_microbatches)
 
 

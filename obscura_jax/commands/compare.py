@@ -12,13 +12,18 @@ swap_fraction, adjusted_policy; list values joined with '+', e.g. adjusted=0+1).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import tempfile
+import uuid
 from pathlib import Path
 
 from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, run_config, run_with_processes)
 from obscura_jax.errors import UsageError
 from obscura_jax.report import compare_report, train_report
-from schedules.jsonio import write_json_atomic, write_text_atomic
+from schedules.jsonio import check_writable, write_json_atomic, write_text_atomic
 
 PLAIN = ("gpipe", "1f1b")
 ITEM_KEYS = {"adjusted": str, "swap_blocks": int, "swap_fraction": float, "adjusted_policy": str}
@@ -69,15 +74,79 @@ def parse_items(text: str) -> list[tuple[str, dict]]:
 
 def run(args):
     preset = dict(DEMO) if args.demo else {}
+    if args.schedules is not None and not args.schedules.strip(" ,"):
+        raise UsageError("--schedules lists no schedule")
     args.schedules = args.schedules or preset.pop("schedules", None) or "1f1b,obscura"
     preset.pop("schedules", None)
     fill_defaults(args, preset)
     items = parse_items(args.schedules)
+    run_config(args)          # the shared flags, even where no item uses them (e.g. --swap-fraction)
+    for name, kw in items:    # every item checked (and its schedule built) before the first one runs
+        cfg = item_config(args, name, kw)
+        cfg.resolve(cfg.model_config())
+    check_out(Path(args.out))
     return run_with_processes(args, args.stages or 4, lambda place, group: _compare(args, items, place, group))
 
 
+def item_config(args, name: str, kw: dict):
+    defaults = ({"adjusted": None, "swap_blocks": 0, "swap_fraction": 0.0} if name in PLAIN else
+                {"adjusted": args.adjusted, "swap_blocks": args.swap_blocks, "swap_fraction": args.swap_fraction})
+    return run_config(args, schedule=name, **{**defaults, **kw})
+
+
+def check_out(out: Path) -> None:
+    """--out must be a new directory, an empty one, or an earlier compare's (replaced
+    whole at the end), in a folder that takes new files."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, expected a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "compare.json").exists():
+        raise UsageError(f"--out {out} holds files that are not a compare's outputs: choose a new or empty "
+                         "directory (an earlier compare's --out is replaced whole)")
+    check_writable(out / "compare.json", "--out", shown=out)
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move the finished outputs in `tmp` to `out` in one rename (an earlier
+    compare's directory is moved aside first and removed after)."""
+    # an interrupt waits until --out is whole again (delivered right after)
+    masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        old = None
+        if out.is_dir() and any(out.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+
+
 def _compare(args, items, place, group) -> int:
-    """Every schedule in turn on the same devices; process 0 writes the outputs."""
+    """Every schedule in turn on the same devices; process 0 writes the outputs into
+    a fresh temporary directory beside --out and moves it into place at the end, so
+    an interrupted or failed compare leaves --out as it was."""
+    lead = group.is_leader
+    final = Path(args.out)
+    out = None
+    if lead:     # everything is written here, and moved to --out only when complete
+        final.absolute().parent.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.absolute().parent))
+    try:
+        code = _compare_into(args, items, place, group, out)
+        if lead:
+            publish(out, final)
+            print(f"wrote {final}/ (table.txt, compare.json, per-schedule JSON, measured.png and "
+                  "per-schedule Gantt PNGs)")
+        return code
+    finally:
+        if out is not None and out.exists():
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _compare_into(args, items, place, group, out: Path | None) -> int:
+    """The runs, writing into `out` (the leader's temporary directory).
+    Long: each schedule's run, report, JSON and charts, then the table."""
     # lazy (these two): JAX starts after the devices are chosen
     from obscura_jax.api import measured_with_recompute, summarize
     from obscura_jax.trainer import train
@@ -85,16 +154,11 @@ def _compare(args, items, place, group) -> int:
 
     lead = group.is_leader
     say = print if lead else (lambda *_: None)
-    out = Path(args.out)
-    if lead:
-        out.mkdir(parents=True, exist_ok=True)
     results, timelines, labels = [], [], []
+    run_id = uuid.uuid4().hex[:12]
     for name, kw in items:
         label = ":".join([name] + [f"{k}={v}" for k, v in kw.items()])
-        defaults = ({"adjusted": None, "swap_blocks": 0, "swap_fraction": 0.0} if name in PLAIN else
-                    {"adjusted": args.adjusted, "swap_blocks": args.swap_blocks,
-                     "swap_fraction": args.swap_fraction})
-        cfg = run_config(args, schedule=name, **{**defaults, **kw})
+        cfg = item_config(args, name, kw)
         say(f"== {label}")
         outcome = train(cfg, place, progress=not args.no_progress, group=group)
         res = summarize(outcome)
@@ -104,7 +168,7 @@ def _compare(args, items, place, group) -> int:
             continue
         print(train_report(res))
         stem = name if sum(1 for n, _ in items if n == name) == 1 else label.replace(":", "_").replace("=", "")
-        write_json_atomic(out / f"{stem}.json", res)
+        write_json_atomic(out / f"{stem}.json", {**res, "compare_run": run_id})
         if outcome.timeline is not None:
             measured = measured_with_recompute(outcome)
             draw_gantt(measured, out / f"{stem}_measured.png", time_unit="s",
@@ -122,6 +186,6 @@ def _compare(args, items, place, group) -> int:
     print()
     print(table)
     write_text_atomic(out / "table.txt", table + "\n")
-    write_json_atomic(out / "compare.json", {"format": "obscura-compare/1", "runs": results})
-    print(f"wrote {out}/ (table.txt, compare.json, per-schedule JSON, measured.png and per-schedule Gantt PNGs)")
+    write_json_atomic(out / "compare.json", {"format": "obscura-compare/1", "compare_run": run_id,
+                                             "runs": results})
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import models
 from obscura_jax.cli import add_model_module
-from schedules.jsonio import write_json_atomic
+from obscura_jax.errors import UsageError
+from schedules.jsonio import check_writable, write_json_atomic
 from schedules.sizes import format_bytes
 
 
@@ -52,6 +53,11 @@ def format_report(info: dict) -> str:
 
 def run(args):
     from models.info import model_info  # lazy: JAX
+
+    for flag, v in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+    check_writable(args.json, "--json")
 
     overrides = {"attention_impl": args.attention} if args.attention else {}
     cfg = models.get_config(args.model, **overrides)

@@ -2,12 +2,15 @@
 or derive one from the model's shapes (--analytic DEVICE) where no GPU is at hand."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import models
 from obscura_jax.cli import add_model_module
 from obscura_jax.devices import request_host_devices
+from obscura_jax.errors import UsageError
 from planner.profile import derive_profile, save_profile
+from schedules.jsonio import check_writable
 from schedules.sizes import format_bytes
 
 
@@ -41,7 +44,20 @@ def add_parser(sub):
     p.set_defaults(func=run)
 
 
+def check_args(args) -> None:
+    """Every flag checked before JAX starts or anything is measured."""
+    for flag, v in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch), ("--reps", args.reps),
+                    ("--layers", args.layers)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+    for flag, v in (("--host-bandwidth", args.host_bandwidth), ("--p2p-bandwidth", args.p2p_bandwidth)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} must be a finite number of bytes/s > 0, got {v} (leave it out to measure)")
+    check_writable(args.json, "--json")
+
+
 def run(args):
+    check_args(args)
     request_host_devices(2)  # a second (emulated) CPU device lets p2p be timed on CPU too
     # lazy (these three): JAX starts after the emulated devices are requested
     from obscura_jax.measure import time_unit_program
@@ -53,7 +69,7 @@ def run(args):
     notes: list[str] = []
     if args.analytic:
         prof = analytic_profile(cfg, args.seq_len, args.micro_batch, args.analytic)
-        prof = replace(prof, host_bandwidth=args.host_bandwidth or prof.host_bandwidth,
+        prof = replace(prof, host_bandwidth=args.host_bandwidth or prof.host_bandwidth,   # > 0: checked
                        p2p_bandwidth=args.p2p_bandwidth or prof.p2p_bandwidth)
         seconds = None
     else:

@@ -18,7 +18,7 @@ from schedules.jsonio import read_json
 # Defaults of the flags a preset (compare --demo) may set; a flag left at None
 # takes the preset's value, then this one.
 FLAG_DEFAULTS = {"model": "llama2-tiny", "micro_batch_size": 2, "seq_len": 64, "data": "synthetic",
-                 "steps": 3, "lr": 1e-3}
+                 "steps": 6, "lr": 1e-3}
 
 
 def fill_defaults(args, preset: dict | None = None) -> None:
@@ -66,10 +66,13 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="device index per stage (default: round-robin over the devices)")
 
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=None, help="total training steps (default 3)")
+    g.add_argument("--steps", type=int, default=None,
+                   help="total training steps (default 6: after --warmup-steps and the recorded last step, "
+                        "4 steps are timed for the min/median/max step time)")
     g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"), help="optax optimizer")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="adamw weight decay (default 0.01)")
+    g.add_argument("--weight-decay", type=float, default=None,
+                   help="adamw weight decay, finite and >= 0 (default 0.01; adam and sgd take none)")
     g.add_argument("--warmup-steps", type=int, default=1,
                    help="steps excluded from the median iteration time (default 1)")
     g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
@@ -184,11 +187,20 @@ def run_config(args, **overrides) -> RunConfig:
         plan_scale_down=getattr(args, "plan_scale_down", False),
         checkpoint_dir=getattr(args, "checkpoint_dir", None), resume=getattr(args, "resume", False),
         checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
-        learning_rate=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+        learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides))
     kw.update(overrides)
     return RunConfig(**kw)
+
+
+def weight_decay(args) -> float:
+    """--weight-decay (adamw's; 0.01 unless given): refused with adam or sgd, which take none."""
+    if args.weight_decay is None:
+        return 0.01 if args.optimizer == "adamw" else 0.0
+    if args.optimizer != "adamw" and args.weight_decay != 0:
+        raise UsageError(f"--weight-decay applies to adamw only; --optimizer {args.optimizer} takes none")
+    return args.weight_decay
 
 
 def choose_devices(args, num_stages: int):

@@ -19,10 +19,14 @@ Pure Python: never imports JAX.
 """
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
-from schedules.generators import SCHEDULES, model_stages
-from schedules.jsonio import read_json, write_json_atomic
+from schedules.ir import check_recompute_names
+from schedules.generators import SCHEDULES, check_pipeline_size, model_stages
+from schedules.jsonio import check_writable, read_json, write_json_atomic
 from schedules.text import timeline_ascii
 from schedules.torch_csv import load_torch_csv, save_torch_csv
 from schedules.trace import write_trace
@@ -170,8 +174,9 @@ def _load(args):
     m = _number(args.microbatches, "microbatches", integer=True)
     if p < 1:
         raise UsageError(f"--stages must be >= 1, got {p}")
-    extra = {}
     v = _number(args.virtual_stages, "virtual-stages", integer=True)
+    check_pipeline_size(p * (v or 1), m)   # before the per-stage costs are built
+    extra = {}
     if v is not None:
         extra["virtual_stages"] = v
     if args.migrate:
@@ -184,6 +189,7 @@ def _load(args):
         warm = _int_list(args.warmup, "warmup")
         extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
     recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+    check_recompute_names(recompute)     # also where no stage is adjusted (1f1b): never ignored silently
     schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
                         swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
                         swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
@@ -191,8 +197,15 @@ def _load(args):
 
 
 def run(args):
+    for flag in ("json", "schedule_json", "torch_csv", "trace", "gantt"):
+        check_writable(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if args.gantt:
+        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
     schedule, costs = _load(args)
     timeline = simulate(schedule, costs)
+    if not math.isfinite(timeline.makespan):
+        raise UsageError(f"the simulated makespan is {timeline.makespan}: a cost, size or bandwidth is out "
+                         "of range (see the costs flags)")
     print(_table(schedule, timeline))
     if args.ascii:
         print(timeline_ascii(timeline))

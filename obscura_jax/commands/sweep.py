@@ -8,6 +8,7 @@ simulator; overlapped DP gradient traffic) and prints the layouts ranked by MFU.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import replace
 
@@ -15,7 +16,7 @@ import models
 from obscura_jax.cli import add_model_module
 from obscura_jax.errors import UsageError
 from planner.device import device_spec
-from schedules.jsonio import write_json_atomic
+from schedules.jsonio import check_writable, write_json_atomic
 from schedules.sizes import GiB, parse_bytes
 
 TOKENS_PER_BATCH = 4 * 1024 * 1024   # LLaMA's 4M-token global batch
@@ -113,18 +114,33 @@ def _device(args):
     return replace(device_spec(args.device), **changes)
 
 
-def run(args):
-    # lazy (both): the sweep loads JAX (models' parameter counts)
-    from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
-                                 load_measured, run_sweep)
-    from planner.layouts.report import header, table, trends, write_csv_atomic
-
+def _check_args(args) -> None:
+    """Every flag checked before anything is computed."""
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be >= 1, got {args.seq_len}")
     if args.gpus < 1:
         raise UsageError(f"--gpus must be >= 1, got {args.gpus}")
     if args.top < 0:
         raise UsageError(f"--top must be >= 0, got {args.top}")
+    for flag in ("global_batch", "gpus_per_node"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")
+    for flag in ("peak_tflops", "matmul_tflops", "flash_tflops", "hbm_tbps", "nvlink_gbps", "internode_gbps"):
+        v = getattr(args, flag)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"--{flag.replace('_', '-')} must be a finite rate > 0, got {v}")
+    check_writable(args.json, "--json")
+    check_writable(args.csv, "--csv")
+
+
+def run(args):
+    # lazy (both): the sweep loads JAX (models' parameter counts)
+    from planner.layouts import (Hardware, LayoutGrid, TrainingState, default_measured_path,
+                                 load_measured, run_sweep)
+    from planner.layouts.report import header, table, trends, write_csv_atomic
+
+    _check_args(args)
     cfg = models.get_config(args.model)
     hw = Hardware(device=_device(args), gpu_memory=parse_bytes(args.gpu_memory),
                   memory_reserve=parse_bytes(args.memory_reserve, allow_zero=True),

@@ -6,11 +6,15 @@
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, needed_stages, plan_preset, run_config,
                                            run_with_processes)
+from obscura_jax.checkpoint_dir import check_unlocked
+from obscura_jax.errors import UsageError
 from obscura_jax.report import train_report
-from schedules.jsonio import write_json_atomic
+from schedules.jsonio import check_writable, write_json_atomic
 
 
 def add_parser(sub):
@@ -19,7 +23,7 @@ def add_parser(sub):
         description="Execute a pipeline schedule (generator name, schedule JSON or plan) on JAX devices: "
                     "per-step loss and tokens/s, iteration time against the simulator's prediction "
                     "from costs measured in the same run, per-stage peak memory, measured timeline.")
-    p.add_argument("--schedule", default="1f1b",
+    p.add_argument("--schedule", default=None,
                    help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
@@ -47,11 +51,36 @@ def add_parser(sub):
 
 
 def run(args):
+    check_outputs(args)
+    if args.plan:
+        given = [f for f, v in (("--schedule", args.schedule), ("--adjusted", args.adjusted),
+                                ("--swap-blocks", args.swap_blocks or None),
+                                ("--swap-fraction", args.swap_fraction or None)) if v is not None]
+        if given:
+            raise UsageError(f"--plan fixes the schedule, adjusted stages and swapping: drop {given[0]}")
+    args.schedule = args.schedule or "1f1b"
     preset = plan_preset(args.plan)
     if args.model is not None and args.model != preset.get("model"):
         preset = {}   # the plan's shape belongs to the plan's model
     fill_defaults(args, preset)
     return run_with_processes(args, needed_stages(args), lambda place, group: _train(args, place, group))
+
+
+def check_outputs(args) -> None:
+    """Before any work: the outputs can be written, the checkpoint dir is free."""
+    check_writable(args.json, "--json")
+    if args.gantt:
+        check_writable(args.gantt, "--gantt")
+        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
+    if args.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
+        raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
+    if args.checkpoint_dir:
+        d = Path(args.checkpoint_dir)
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"--checkpoint-dir {d} is not a directory")
+        check_unlocked(d)
 
 
 def _train(args, place, group) -> int:

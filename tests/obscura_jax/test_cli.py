@@ -107,3 +107,25 @@ def test_model_module_is_on_every_command_that_takes_a_model(command, tmp_path, 
     rc = cli.main(command.split() + ["--model-module", str(tmp_path / "absent.py")])
     assert rc == 2
     assert capsys.readouterr().err == f"obscura: error: model module {tmp_path / 'absent.py'}: no such file\n"
+
+
+def test_argparse_errors_are_one_line_with_a_help_hint(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "--stages", "x"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("obscura plan: error: argument --stages: invalid int value: 'x' "
+                                       "(see obscura plan --help)\n")
+    with pytest.raises(SystemExit):
+        cli.main(SIMULATE + ["--nope", "1"])
+    assert capsys.readouterr().err == ("obscura simulate: error: unrecognized arguments: --nope 1 "
+                                       "(see obscura simulate --help)\n")
+
+
+def test_values_starting_with_a_dash_are_values():
+    parser = cli.build_parser()
+    join = cli.join_dash_values
+    assert join(parser, ["plan", "--memory-limit", "-1GiB", "--no-cmb"]) == ["plan", "--memory-limit=-1GiB", "--no-cmb"]
+    assert join(parser, ["simulate", "--warmup", "-1,2", "--ascii"]) == ["simulate", "--warmup=-1,2", "--ascii"]
+    # a flag after a flag that takes a value stays a flag; a switch takes no value
+    assert join(parser, ["plan", "--json", "--no-cmb"]) == ["plan", "--json", "--no-cmb"]
+    assert join(parser, ["plan", "--no-cmb", "-5"]) == ["plan", "--no-cmb", "-5"]

@@ -13,9 +13,26 @@ def test_counts_warmup_samples_and_calls():
     assert len(calls) == 2 + 3 * 4 and t >= 0
 
 
-def test_per_call_time_of_a_sleep():
-    assert median_time(lambda: time.sleep(0.01), 3) == pytest.approx(0.01, abs=0.009)
-    assert median_time(lambda: time.sleep(0.002), 2, calls=5) == pytest.approx(0.002, abs=0.002)
+def test_per_call_time_of_a_sleep(monkeypatch):
+    """On a clock that only the timed calls move (so load on the machine cannot
+    change the answer): the median over samples of the per-call time."""
+    import types
+
+    from planner import stopwatch
+    clock = [0.0]
+    monkeypatch.setattr(stopwatch, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    steps = iter([0.5] + [0.01, 0.01, 0.01, 0.04, 0.04, 0.04, 0.01, 0.01, 0.01])   # warm-up, then 3 samples
+
+    def call():
+        clock[0] += next(steps)
+    assert median_time(call, 3, calls=3) == pytest.approx(0.01)     # the slowed sample is not the median
+    steps = iter([0.0] + [0.002] * 10)
+    assert median_time(call, 2, calls=5) == pytest.approx(0.002)    # per call, not per sample
+
+
+def test_a_real_sleep_is_never_timed_shorter_than_it_lasts():
+    assert median_time(lambda: time.sleep(0.01), 3) >= 0.0099
+    assert median_time(lambda: time.sleep(0.002), 2, calls=5) >= 0.00199
 
 
 def test_sample_length_picks_the_number_of_calls():

@@ -50,3 +50,23 @@ def test_unknown_attention_impl_is_rejected_by_the_parser(capsys):
     with pytest.raises(SystemExit) as e:
         main(["model-info", "llama2-tiny", "--attention", "flash"])
     assert e.value.code == 2
+
+
+# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+from tests.obscura_jax.commands import badinput  # noqa: E402
+
+BAD = [
+    (["model-info", "nosuch"], "nosuch"),
+    (["model-info", "llama2-tiny", "--seq-len", "0"], "--seq-len must be >= 1"),
+    (["model-info", "llama2-tiny", "--micro-batch", "-1"], "--micro-batch must be >= 1"),
+    (["model-info", "llama2-tiny", "--json", "/proc/i.json"], "--json /proc/i.json: cannot write there"),
+    (["model-info"], "obscura model-info: error: the following arguments are required: model"),
+    (["model-info", "llama2-tiny", "--attention", "x"], "argument --attention: invalid choice"),
+    (["model-info", "llama2-tiny", "--model-module", "{tmp}/latin1.py"], "latin1.py"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[1:])[:50] for a, _ in BAD])
+def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+    (tmp_path / "latin1.py").write_bytes(b"x = '\xff'\n")
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

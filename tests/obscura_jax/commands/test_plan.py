@@ -28,7 +28,7 @@ def test_plan_prints_the_table_and_writes_the_plan(capsys, tmp_path, profile_pat
     rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
                        "--memory-limit", "120MiB", "--json", out_path)
     assert rc == 0, err
-    assert "adjusted stages 0.." in out and "simulated: obscura" in out
+    assert "adjusted stages 0.." in out and "simulated: plan" in out
     for name in ("DAPPLE", "DAPPLE+", "Recomp-N", "OHP-CMB", "Strawman"):
         assert name in out
     plan = load_plan(out_path)
@@ -93,3 +93,42 @@ def test_malformed_json_and_missing_files(capsys, tmp_path):
         assert rc == 2 and needle in err and err.count("\n") == 1
     rc, out, err = run(capsys, "profile", "--model", "llama2-nope", "--seq-len", 8, "--json", tmp_path / "x.json")
     assert rc == 2 and "unknown model" in err
+
+
+# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+from tests.obscura_jax.commands import badinput  # noqa: E402
+
+PLAN = ["plan", "--profile", "{prof}", "--stages", "4", "--microbatches", "8"]
+BAD = [
+    (PLAN + ["--memory-limit", "1e400"], "memory limit (--memory-limit) must be a finite size"),
+    (PLAN + ["--memory-limit", "1e400GiB"], "must be a finite size of at most 1 EiB"),
+    (PLAN + ["--memory-limit", "1GiB", "--reserve", "1e400"], "reserve (--reserve) must be a finite size"),
+    (PLAN + ["--memory-limit", "-1GiB"], "memory limit (--memory-limit) must be > 0 bytes, got '-1GiB'"),
+    (PLAN + ["--memory-limit", "1GiB", "--reserve=-1GiB"], "reserve (--reserve) must be >= 0 bytes"),
+    (PLAN + ["--memory-limit", "1GiB", "--reserve", "2GiB"], "--reserve 2GiB leaves nothing"),
+    (PLAN + ["--memory-limit", "lots"], "cannot read a memory limit (--memory-limit) from 'lots'"),
+    (PLAN + ["--memory-limit", "1MiB"], "below stage 0's weights alone"),
+    (["plan", "--profile", "{prof}", "--stages", "4", "--microbatches", "10000000", "--memory-limit", "1GiB"],
+     "number of micro-batches must be <= 65536"),
+    (["plan", "--profile", "{prof}", "--stages", "0", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "--stages must be >= 1"),
+    (["plan", "--profile", "{prof}", "--stages", "four", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "obscura plan: error: argument --stages: invalid int value: 'four' (see obscura plan --help)"),
+    (PLAN + ["--memory-limit", "1GiB", "--layers", "0"], "--layers must be >= 1"),
+    (PLAN + ["--memory-limit", "1GiB", "--json", "/proc/x.json"], "--json /proc/x.json: cannot write there"),
+    (PLAN + ["--memory-limit", "1GiB", "--json", "{tmp}"], "is a directory"),
+    (["plan", "--profile", "{tmp}/latin1.json", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "is not UTF-8 text (byte 0xff at offset 0)"),
+    (["plan", "--profile", "{tmp}/none.json", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "profile not found"),
+    (["plan", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "obscura plan: error: one of the arguments --profile --analytic is required"),
+    (PLAN, "the following arguments are required: --memory-limit"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[5:])[:60] for a, _ in BAD])
+def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, profile_path, argv, needle):
+    (tmp_path / "latin1.json").write_bytes(b"\xff{}")
+    argv = [a.replace("{prof}", str(profile_path)) for a in argv]
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

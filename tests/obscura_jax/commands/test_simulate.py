@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -152,3 +153,77 @@ def test_trace_and_torch_csv_round_trip(tmp_path, capsys):
 def test_zoo_bad_input_is_one_line(capsys, argv, needle):
     rc, _, err = _run(capsys, *argv)
     assert rc == 2 and err.count("\n") == 1 and needle in err
+
+
+# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+from tests.obscura_jax.commands import badinput  # noqa: E402
+
+S = ["simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8"]
+BAD = [
+    (S + ["--recompute", "nosuchop"], "unknown recompute op or preset 'nosuchop'"),
+    (["simulate", "--schedule", "recomp", "--stages", "4", "--microbatches", "8", "--recompute", "nosuchop"],
+     "unknown recompute op"),
+    (S + ["--host-bandwidth", "1e-300", "--act-bytes", "1"], "host_bandwidth 1e-300 is too low"),
+    (S + ["--act-bytes", "1e308"], "act_bytes must be <= 1e+18 bytes"),
+    (S + ["--act-bytes", "-1"], "act_bytes must be finite and >= 0"),
+    (S + ["--fwd", "nan"], "fwd must be finite"),
+    (S + ["--fwd", "inf"], "fwd must be finite"),
+    (S + ["--bwd", "1e300"], "bwd must be <= 1e+12 time units"),
+    (S + ["--p2p-bandwidth", "0"], "bandwidths > 0"),
+    (S + ["--p2p-latency", "nan"], "p2p_latency must be <="),
+    (S + ["--weight-grad-fraction", "2"], "weight_grad_fraction must be in [0, 1]"),
+    (S + ["--swap-fraction", "7"], "swap fraction must be a number in [0, 1]"),
+    (S + ["--warmup", "-1,2,3,4"], "warmup must hold 4 integers >= 1"),
+    (["simulate", "--schedule", "1f1b", "--stages", "1000000000", "--microbatches", "8"],
+     "number of stages must be <= 1024"),
+    (["simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "1000000000"],
+     "number of micro-batches must be <= 65536"),
+    (["simulate", "--schedule", "1f1b", "--stages", "512", "--microbatches", "512"],
+     "stages x micro-batches must be <= 65536"),
+    (["simulate", "--schedule", "1f1b", "--stages", "-3", "--microbatches", "8"], "--stages must be >= 1"),
+    (S + ["--bogus"], "obscura simulate: error: unrecognized arguments: --bogus (see obscura simulate --help)"),
+    (["simulate", "--stages"], "obscura simulate: error: argument --stages: expected one argument"),
+    (S + ["--json", "/proc/x.json"], "--json /proc/x.json: cannot write there"),
+    (S + ["--gantt", "/proc/x.png", "--json", "{tmp}/ok.json"], "--gantt /proc/x.png: cannot write there"),
+    (S + ["--trace", "{tmp}"], "is a directory"),
+    (S + ["--json", ""], "--json is empty"),
+    (["simulate", "--from-schedule", "{tmp}/missing.json"], "schedule JSON not found"),
+    (["simulate", "--from-schedule", "{tmp}/latin1.json"], "is not UTF-8 text (byte 0xff"),
+    (["simulate", "--from-schedule", "{tmp}/notjson.json"], "malformed schedule JSON"),
+    (["simulate", "--from-torch-csv", "{tmp}/latin1.json"], "is not UTF-8 text"),
+    (S + ["--costs", "{tmp}/latin1.json"], "costs JSON"),
+    (["simulate", "--from-schedule", "{tmp}/nosuchop.json"], "unknown recompute op or preset 'nosuchop'"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[1:])[:60] for a, _ in BAD])
+def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+    (tmp_path / "latin1.json").write_bytes(b"\xff\xfe{}")
+    (tmp_path / "notjson.json").write_text("{nope")
+    sched = {"format": "obscura-schedule/1", "name": "x", "num_stages": 1, "num_microbatches": 1,
+             "stages": [{"actions": ["F0", "B0"], "recompute": ["nosuchop"]}]}
+    (tmp_path / "nosuchop.json").write_text(json.dumps(sched))
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
+
+
+def test_outputs_follow_the_umask_and_write_through_symlinks(tmp_path, capsys):
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        rc, _, _ = _run(capsys, *S[1:], "--json", str(link))
+    finally:
+        os.umask(old)
+    assert rc == 0 and link.is_symlink() and json.loads(target.read_text())["makespan"] > 0
+    assert (target.stat().st_mode & 0o777) == 0o644
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp file left
+
+
+def test_a_large_gantt_is_rasterised(tmp_path, capsys):
+    png = tmp_path / "g.png"
+    rc, _, _ = _run(capsys, "--schedule", "1f1b", "--stages", "16", "--microbatches", "128", "--gantt", str(png))
+    assert rc == 0 and png.stat().st_size > 1000
+    svg = png.with_suffix(".svg").read_text()
+    assert "<image" in svg and svg.count("<path") < 200 and len(svg) < 2_000_000

@@ -110,3 +110,29 @@ def test_outputs_are_not_corrupted_by_a_failed_run(capsys, tmp_path):
     js.write_text('{"keep": true}')
     rc, _, _ = run(capsys, *BASE, "--model", "llama2-99b", "--gpus", "64", "--json", str(js))
     assert rc == 2 and json.loads(js.read_text()) == {"keep": True}
+
+
+# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+from tests.obscura_jax.commands import badinput  # noqa: E402
+
+SW = ["sweep", "--model", "llama2-13b", "--seq-len", "2048", "--gpus", "8"] + SMALL
+BAD = [
+    (SW + ["--gpus", "0"], "--gpus must be >= 1"),
+    (SW + ["--gpu-memory", "-80GiB"], "must be > 0 bytes"),
+    (SW + ["--gpu-memory", "1e400"], "must be a finite size"),
+    (SW + ["--peak-tflops", "nan"], "--peak-tflops must be a finite rate > 0"),
+    (SW + ["--nvlink-gbps", "0"], "--nvlink-gbps must be a finite rate > 0"),
+    (SW + ["--global-batch", "0"], "--global-batch must be >= 1"),
+    (SW + ["--json", "/proc/s.json"], "--json /proc/s.json: cannot write there"),
+    (SW + ["--csv", "{tmp}"], "is a directory"),
+    (SW + ["--sp", "maybe"], "--sp takes on, off"),
+    (SW + ["--pp", "1,x"], "expected comma-separated integers"),
+    (SW + ["--measured", "{tmp}/latin1.json"], "is not UTF-8 text"),
+    (SW + ["--top", "-1"], "--top must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[len(SW):])[:50] for a, _ in BAD])
+def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+    (tmp_path / "latin1.json").write_bytes(b"\xff{}")
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

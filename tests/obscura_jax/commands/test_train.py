@@ -91,7 +91,23 @@ BAD = [
     (["--policy", "nonesuch"], "nonesuch"),
     (["--swap-fraction", "1.5"], "swap"),
     (["--resume"], "--checkpoint-dir"),
-    (["--schedule", "1f1b", "--plan", "/nonexistent/plan.json"], "not found"),
+    (["--plan", "/nonexistent/plan.json"], "not found"),
+    # issue 13
+    (["--schedule", "gpipe", "--plan", "/nonexistent/plan.json"], "--plan fixes the schedule"),
+    (["--swap-blocks", "1", "--plan", "/nonexistent/plan.json"], "drop --swap-blocks"),
+    (["--weight-decay=-1"], "--weight-decay must be finite and >= 0"),
+    (["--weight-decay", "-1"], "--weight-decay must be finite and >= 0"),
+    (["--weight-decay", "nan"], "--weight-decay must be finite and >= 0"),
+    (["--optimizer", "sgd", "--weight-decay", "0.1"], "--weight-decay applies to adamw only"),
+    (["--lr", "nan"], "--lr must be > 0"),
+    (["--microbatches", "100000"], "--microbatches must be <= 4096"),
+    (["--stages", "2000"], "number of stages must be <= 1024"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0"),
+    (["--checkpoint-every", "2"], "need --checkpoint-dir"),
+    (["--gantt", "/proc/x.png"], "--gantt /proc/x.png: cannot write there"),
+    (["--adjusted-policy", "nosuchop"], "unknown recompute op or preset 'nosuchop'"),
+    (["--compute-dtype", "float64"], "argument --compute-dtype: invalid choice"),
+    (["--warmup-steps", "-1"], "must be >= 0"),
 ]
 
 
@@ -138,3 +154,38 @@ def test_plan_runs_its_partition_policies_and_order(tmp_path):
     assert [st["policy"]["name"] for st in res["stages"][1:]] == ["none"] * 3
     assert res["adjusted_stages"] == [0] and res["swap"]["bytes_out"] > 0
     np.testing.assert_allclose(res["losses"], base["losses"], rtol=1e-5)
+
+
+def test_issue13_file_inputs(tmp_path, capsys, monkeypatch):
+    from tests.obscura_jax.commands import badinput
+    np.save(tmp_path / "neg.npy", np.array([1, 2, -3, 4] * 64, dtype=np.int32))
+    (tmp_path / "latin1.json").write_bytes(b"\xff{}")
+    (tmp_path / "ckfile").write_text("x")
+    for extra, needle in ((["--data", "{tmp}/neg.npy"], "holds a negative token id (-3)"),
+                          (["--plan", "{tmp}/latin1.json"], "is not UTF-8 text"),
+                          (["--schedule", "{tmp}/latin1.json"], "is not UTF-8 text"),
+                          (["--checkpoint-dir", "{tmp}/ckfile"], "is not a directory"),
+                          (["--json", "{tmp}"], "is a directory")):
+        badinput.check(capsys, tmp_path, monkeypatch, BASE + extra + ["--steps", "1"], needle)
+
+
+def test_resume_checks_dtypes_and_skips_a_damaged_newest_checkpoint(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    assert train("--steps", "2", "--checkpoint-every", "1", "--checkpoint-dir", str(ck)) == 0
+    capsys.readouterr()
+    # the compute dtype is part of the run's identity
+    assert train("--steps", "3", "--checkpoint-dir", str(ck), "--resume", "--compute-dtype", "bfloat16") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "compute_dtype 'float32', this run has 'bfloat16'" in err
+    # damage the newest step's arrays: one warning line, the step before is used
+    for root, _, files in os.walk(ck / "2" / "state"):
+        for f in files:
+            if "ocdbt" in root and os.sep + "d" in root:
+                with open(os.path.join(root, f), "wb") as fh:
+                    fh.write(b"\0" * 64)
+    assert train("--steps", "3", "--checkpoint-dir", str(ck), "--resume", "--json", str(tmp_path / "r.json")) == 0
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and "checkpoint step 2" in cap.err and "using step 1" in cap.err, cap.err
+    assert json.loads((tmp_path / "r.json").read_text())["start_step"] == 1
+    lines = (ck / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]

@@ -1,0 +1,156 @@
+"""What a checkpoint directory holds besides Orbax's step directories: the lock of
+the run using it, and the per-step metrics log.
+
+    <dir>/.obscura.lock   {"pid", "host", "started"} of the run holding the directory
+    <dir>/metrics.jsonl   one JSON line per step: {"step", "loss", "seconds"}
+
+The lock is an advisory `flock` on the lock file, held for the whole run: a second
+run on the directory stops at once with one line naming the holder. The kernel
+drops a flock when its process dies, so a killed run never blocks the next one; the
+holder's record it leaves behind is taken over with one warning line.
+
+The metrics log is appended (and flushed) after every step by the process that
+writes the run's outputs. A resumed run first cuts the log back to the checkpoint's
+step (the steps after it are run again), so across any number of kills and resumes
+the log holds every step's loss exactly once, in order.
+"""
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from obscura_jax.errors import RunError
+from schedules.jsonio import write_text_atomic
+
+LOCK_NAME = ".obscura.lock"
+METRICS_NAME = "metrics.jsonl"
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr."""
+    print(f"obscura: warning: {text}", file=sys.stderr, flush=True)
+
+
+def _holder_text(record: dict) -> str:
+    return (f"pid {record.get('pid', '?')} on {record.get('host', '?')} "
+            f"(started {record.get('started', '?')})")
+
+
+def _read_record(fd: int) -> dict | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096)
+    try:
+        return json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return {"pid": "?", "host": "?", "started": "unreadable lock record"}
+
+
+class DirectoryLock:
+    """An exclusive lock on a checkpoint directory for this process (release() or
+    process exit ends it)."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / LOCK_NAME
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            record = _read_record(self._fd) or {}
+            os.close(self._fd)
+            self._fd = None
+            raise RunError(f"checkpoint dir {directory} is in use by another run: {_holder_text(record)} "
+                           f"holds {self.path}; wait for it to end or choose another dir") from None
+        old = _read_record(self._fd)
+        if old is not None:
+            here = old.get("host") == socket.gethostname()
+            why = "no longer running" if here and not _alive(old.get("pid")) else "its lock no longer held"
+            warn(f"taking over the lock of {directory} left by {_holder_text(old)}: {why}")
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, json.dumps(record).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)     # a clean end leaves no holder record behind
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+def check_unlocked(directory: str | Path) -> None:
+    """Fail at once (before JAX starts) if another run holds `directory`'s lock;
+    the run takes the lock itself later (DirectoryLock)."""
+    path = Path(directory) / LOCK_NAME
+    if not path.is_file():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            record = _read_record(fd) or {}
+            raise RunError(f"checkpoint dir {directory} is in use by another run: {_holder_text(record)} "
+                           f"holds {path}; wait for it to end or choose another dir") from None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class MetricsLog:
+    """metrics.jsonl of one run: `start(step)` cuts it back to `step` (0: empties
+    it), `append(...)` adds a step."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory) / METRICS_NAME
+        self._file = None
+
+    def entries(self) -> list[dict]:
+        """The log's steps in order, each once (a torn last line is dropped)."""
+        if not self.path.exists():
+            return []
+        out, seen = [], set()
+        for line in self.path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("step"), int) and entry["step"] not in seen:
+                seen.add(entry["step"])
+                out.append(entry)
+        return out
+
+    def start(self, step: int) -> None:
+        kept = [e for e in self.entries() if e["step"] <= step]
+        write_text_atomic(self.path, "".join(json.dumps(e) + "\n" for e in kept))
+        self._file = open(self.path, "a")
+
+    def append(self, step: int, loss: float, seconds: float) -> None:
+        self._file.write(json.dumps({"step": step, "loss": loss, "seconds": seconds}) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
