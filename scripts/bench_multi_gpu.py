@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-limit", default=None,
                     help="plan: per-GPU limit (e.g. 20GiB); default: halfway between the 1F1B peaks of "
                          "stages p/2-1 and p/2, so the early stages must recompute")
+    ap.add_argument("--families", action="store_true",
+                    help="plan: let the planner run Obscura on other schedule families (interleaved, ZB-H1); "
+                         "default: Obscura on 1F1B, as the paper compares it with DAPPLE+")
     ap.add_argument("--reference", default=mgb.ONE_GPU_REFERENCE,
                     help="one-GPU bench_engine.py results of the same shape: plan scales F/B to them, "
                          "report shows their swap figures; 'none' for neither")
@@ -73,7 +76,7 @@ def bench(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     reference = None if args.reference == "none" or args.cpu_smoke else Path(args.reference)
     if args.step in ("plan", "all"):
-        mgb.make_plans(shape, out, args.memory_limit, reference)
+        mgb.make_plans(shape, out, args.memory_limit, reference, args.families)
     if args.step in ("run", "all"):
         plans = Path(args.plans) if args.plans else out / "plans"
         if not (plans / "plans.json").exists():
