@@ -161,8 +161,12 @@ class Profile:
     p2p_latency: float     # seconds per transfer
     units: tuple[tuple[str, UnitProfile], ...]
     family: str = field(default="", compare=False)
+    layer_recompute_time: float | None = None  # one layer under one checkpoint (policy `layer`); None: unmeasured
 
     def __post_init__(self) -> None:
+        if self.layer_recompute_time is not None:
+            object.__setattr__(self, "layer_recompute_time",
+                               _number("profile layer_recompute_time", self.layer_recompute_time))
         if not isinstance(self.model, str) or not self.model:
             raise ProfileError(f"profile model must be a non-empty string, got {self.model!r}")
         if not isinstance(self.device, str) or not self.device:
@@ -223,6 +227,7 @@ class Profile:
                              "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
                                      for n, o in u.ops}}
                       for kind, u in self.units},
+            **({} if self.layer_recompute_time is None else {"layer_recompute_time": self.layer_recompute_time}),
         }
 
 
@@ -279,7 +284,9 @@ def profile_from_json(d: Any) -> Profile:
     top = {key: d[key] for key in _TOP_KEYS if key != "units"}
     for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):
         _number(f"profile {key}", top[key], positive=key != "p2p_latency")
-    return Profile(**top, units=tuple(parsed.items()))
+    layer = d.get("layer_recompute_time")
+    return Profile(**top, units=tuple(parsed.items()),
+                   layer_recompute_time=None if layer is None else _number("profile layer_recompute_time", layer))
 
 
 def load_profile(path) -> Profile:
