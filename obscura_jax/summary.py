@@ -7,6 +7,7 @@ import statistics
 import numpy as np
 
 from schedules.ir import Kind
+from schedules.simulator import iteration_time, on_one_device
 from schedules.timeline import Timeline
 
 
@@ -95,12 +96,13 @@ def summarize(out) -> dict:
         "simulated_timeline": sim.to_json() if sim is not None else None,
     }
     if shared and measured is not None:
+        # One device runs every stage's work in turn: the simulator on one device,
+        # with the optimizer step measured in this run (spread over the stages by weight).
         c = measured.costs
-        # One device runs every stage's work in turn: no pipeline overlap is possible.
-        result["simulated_serial_time"] = sum(
-            m * (c.fwd[s] + c.backward_time(s, spec.adjusted))
-            for s, spec in enumerate(pipe.schedule.stages)
-            for m in [pipe.schedule.num_microbatches]) + (update_time or 0.0)
+        total = sum(c.weight_bytes)
+        if update_time and total:
+            c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
+        result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
 
 

@@ -32,6 +32,7 @@ from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
+LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
 
 def unit_kinds(num_layers: int) -> tuple[str, ...]:
@@ -205,6 +206,14 @@ class Profile:
     @property
     def kinds(self) -> tuple[str, ...]:
         return unit_kinds(self.num_layers)
+
+    @property
+    def layer_recompute(self) -> float:
+        """Seconds one layer's backward recomputes under `layer`: the measured
+        `layer_recompute_time`, else the attn + mlp forward."""
+        if self.layer_recompute_time is not None:
+            return self.layer_recompute_time
+        return self.unit("attn").fwd_time + self.unit("mlp").fwd_time
 
     @property
     def op_names(self) -> tuple[str, ...]:

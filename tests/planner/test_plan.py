@@ -106,7 +106,7 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
     assert set(d) == {"format", "num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
                       "predicted_iteration_time", "baselines", "model", "num_layers", "seq_len",
                       "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256"}
-    assert set(d["baselines"]) == {"dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman"}
+    assert set(d["baselines"]) == {"dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman"}
     for mutate, needle in [(lambda d: d.update(format="x"), "not an obscura-plan/1"),
                            (lambda d: d["stages"][1].update(units=[6, 9]), "starts at unit"),
                            (lambda d: d["stages"].pop(), "stages for num_stages"),
