@@ -34,7 +34,7 @@ from planner.profile import Profile
 from planner.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
-from schedules import SCHEDULES, Action, Schedule, StageSpec, generate, validate
+from schedules import SCHEDULES, Action, Schedule, StageSpec, generate, issue_order, validate
 from schedules.jsonio import load_document, write_json_atomic
 from schedules.sizes import format_bytes
 
@@ -91,8 +91,12 @@ class Plan:
     predicted_iteration_time: float
     baselines: tuple[tuple[str, float | None], ...] = ()
     source: PlanSource | None = None      # None: a plan written before plans recorded it
+    issue_order: tuple[str, ...] = ()     # every action ("2F0") in the order the plan's memory was judged in
 
     def __post_init__(self) -> None:
+        if not all(isinstance(a, str) for a in self.issue_order):
+            raise PlanError("plan 'issue_order' must be a list of actions like 2F0, 0SO3")
+        object.__setattr__(self, "issue_order", tuple(self.issue_order))
         for name in ("num_stages", "num_microbatches", "memory_limit"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -148,7 +152,8 @@ class Plan:
                             **({"actions": list(st.actions)} if st.actions else {})}
                            for st in self.stages],
                 "predicted_iteration_time": self.predicted_iteration_time,
-                "baselines": dict(self.baselines)}
+                "baselines": dict(self.baselines),
+                **({"issue_order": list(self.issue_order)} if self.issue_order else {})}
 
 
 _PLAN_KEYS = ("num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
@@ -184,8 +189,11 @@ def plan_from_json(d: Any) -> Plan:
                                     tuple(st.get("actions", ()))))
         except PlanError as e:
             raise PlanError(f"plan stage {s}: {e}") from None
+    order = d.get("issue_order", [])
+    if not isinstance(order, list):
+        raise PlanError("plan 'issue_order' must be a list of actions like 2F0, 0SO3")
     return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
-                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d))
+                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d), tuple(order))
 
 
 def load_plan(path) -> Plan:
@@ -248,7 +256,10 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
                              tuple(str(a) for a in ev.schedule.stages[s].actions))
                    for s in range(len(cfg.partition)))
     base = tuple((name, baselines[name].makespan if baselines[name].fits else None) for name in BASELINES)
-    return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base)
+    # The order its peaks were judged in: `train --plan` issues in it (not in one derived
+    # from costs measured in the run, whose noise can reorder and move the inbox peak).
+    order = tuple(a.long for a in issue_order(ev.schedule, ev.costs))
+    return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base, issue_order=order)
 
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,

@@ -105,7 +105,12 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
     d = json.loads(path.read_text())
     assert set(d) == {"format", "num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
                       "predicted_iteration_time", "baselines", "model", "num_layers", "seq_len",
-                      "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256"}
+                      "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256",
+                      "issue_order"}
+    # every action once, in an order the schedule's dependencies allow (train --plan issues in it)
+    sched = plan_to_schedule(plan)
+    assert sorted(d["issue_order"]) == sorted(a.long for row in sched.rows for a in row)
+    assert d["issue_order"][0] == "0F0"
     assert set(d["baselines"]) == {"dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman"}
     for mutate, needle in [(lambda d: d.update(format="x"), "not an obscura-plan/1"),
                            (lambda d: d["stages"][1].update(units=[6, 9]), "starts at unit"),
