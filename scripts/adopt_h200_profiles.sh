@@ -5,22 +5,17 @@
 #
 #     sh scripts/adopt_h200_profiles.sh DIR          (DIR holds profile_*.json, layer_yardstick.json, ...)
 #
-# Then read `git diff --stat` and commit. (DIR may be results/h200/profile_session itself.)
+# Then read `git diff --stat` and commit (the session folder itself is committed as it is,
+# e.g. results/h200/profile_v2/).
 set -e
 S=${1:?usage: sh scripts/adopt_h200_profiles.sh SESSION_DIR}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p results/h200/profile_session
 for m in llama2-13b gpt3-13b; do
   if [ ! -f "results/h200/raw/profile_$m.calibrated.json" ]; then
     git mv "results/h200/profile_$m.json" "results/h200/raw/profile_$m.calibrated.json"
   fi
   cp "$S/profile_$m.json" "results/h200/profile_$m.json"
-done
-for f in layer_yardstick.json session.json nvidia_smi.csv; do
-  if [ -f "$S/$f" ] && [ "$(cd "$S" && pwd)" != "$(cd results/h200/profile_session && pwd)" ]; then
-    cp "$S/$f" results/h200/profile_session/
-  fi
 done
 $PY scripts/check_figures.py --regenerate --jobs "${JOBS:-2}"
 $PY scripts/reproduction_tables.py

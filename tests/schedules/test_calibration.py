@@ -1,7 +1,7 @@
 """schedules.calibration and the simulator's realism terms: launch overhead per
 action, the optimizer step after the flush, p2p links shared with swapping, one
 device running every stage; the fit recovers known terms and predicts the committed
-one-GPU H200 runs (results/h200/engine_v2) within 5%."""
+one-GPU H200 runs (results/h200/engine_v3) within 5%."""
 import json
 from pathlib import Path
 
@@ -73,9 +73,9 @@ def test_fit_recovers_known_terms_and_round_trips(tmp_path):
 
 
 def test_committed_h200_runs_are_predicted_within_5_percent():
-    runs = sorted((ROOT / "results/h200/engine_v2").glob("gpu_*.json"))
+    runs = sorted((ROOT / "results/h200/engine_v3").glob("gpu_*.json"))
     samples = [sample_from_run(p.stem, json.loads(p.read_text())) for p in runs]
-    assert {"gpu_1f1b", "gpu_obscura_swap_device_put"} <= {s.label for s in samples}
+    assert {"gpu_1f1b", "gpu_obscura_swap_device_put", "gpu_recomp_all", "gpu_recomp_all_layer"} <= {s.label for s in samples}
     cal = fit(samples)
     for r in cal.fit:
         assert 0.95 <= r["measured_over_calibrated"] <= 1.05, r
