@@ -8,8 +8,9 @@ dispatch overhead per action.
 GPU mode: each configuration runs as its own `python -m obscura_jax train` process
 (so memory_stats peaks belong to one run), all stages on one GPU by default, a
 Llama-2 config of about 1B parameters per stage (llama2-7b shapes, 16 layers -> 4
-per stage at p=4), seq 4096, bf16 activations. Runs: 1F1B; Obscura with swapping;
-the same Obscura schedule with SO/SI as no-ops. Fraction of swap time hidden:
+per stage at p=4), seq 4096, bf16 activations. Runs: 1F1B; ZB-H1 (split backward:
+I and W as their own programs); Obscura with swapping; the same Obscura schedule
+with SO/SI as no-ops. Fraction of swap time hidden:
     1 - max(0, T_swap - T_noswap) / (bytes_out / bw_out + bytes_in / bw_in)
 with bw the standalone transfer bandwidth measured in the same run. Each run prints
 measured / one-GPU serial simulation (every stage's work in turn on the one GPU, from
@@ -163,7 +164,7 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
             "--seq-len", str(seq_len), "--steps", str(steps), "--warmup-steps", "2", "--no-progress"]
     swap = ["--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "2", "--swap-fraction", "0.5"]
-    runs = {"1f1b": base + ["--schedule", "1f1b"]}
+    runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"]}
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
@@ -253,21 +254,26 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
 
 
 def pipeline_breakdown(res: dict) -> dict | None:
-    """Where a one-device run's time goes, from its JSON: the recorded step's F and B
-    durations in the pipeline against the standalone costs of the same programs, and
-    the time the device ran no compute (makespan minus the F/B durations: gaps)."""
+    """Where a one-device run's time goes, from its JSON: the recorded step's forward
+    (F) and backward (B, or a split backward's I and W) durations in the pipeline
+    against the standalone costs of the same programs, and the time the device ran
+    no compute (makespan minus those durations: gaps)."""
     tl, c = res.get("timeline"), res.get("costs")
     if not tl or not c:
         return None
     took = {"F": 0.0, "B": 0.0}
     alone = {"F": 0.0, "B": 0.0}
     for s, st in enumerate(tl["stages"]):
-        adjusted = res["stages"][s]["adjusted"]
+        rec = c["recompute"][s] if res["stages"][s]["adjusted"] else 0.0
+        ig, wg = c.get("input_grad"), c.get("weight_grad")
+        standalone = {"F": c["fwd"][s], "B": c["bwd"][s] + rec,
+                      "I": (ig[s] if ig else c["bwd"][s]) + rec, "W": wg[s] if wg else 0.0}
         for op in st["ops"]:
             kind = Action.parse(op["action"], s).kind.value
-            if kind in took:
-                took[kind] += op["end"] - op["start"]
-                alone[kind] += c["fwd"][s] if kind == "F" else c["bwd"][s] + (c["recompute"][s] if adjusted else 0.0)
+            if kind in standalone:
+                bucket = "F" if kind == "F" else "B"
+                took[bucket] += op["end"] - op["start"]
+                alone[bucket] += standalone[kind]
     compute = took["F"] + took["B"]
     return {"F_pipeline_over_standalone": took["F"] / alone["F"] if alone["F"] else None,
             "B_pipeline_over_standalone": took["B"] / alone["B"] if alone["B"] else None,
@@ -283,7 +289,7 @@ def _gpu_lines(label: str, row: dict) -> list[str]:
              f"{(row['device_peak_bytes'] or 0) / 2**30:6.1f} GiB  sum sim peaks {row['simulated_peak_sum'] / 2**30:6.1f} GiB",
              f"{'':22s} host dispatch per action: median {d.get('all_median') or 0:,.0f} us, mean "
              f"{d.get('all') or 0:,.0f} us, p10 {d.get('all_p10') or 0:,.0f} us (F {d.get('F') or 0:,.0f}, "
-             f"B {d.get('B') or 0:,.0f})"]
+             f"B {d.get('B') or 0:,.0f}" + (f", I {d['I']:,.0f}, W {d['W']:,.0f}" if d.get("I") else "") + ")"]
     if sw.get("bytes_out"):
         lines.append(f"{'':22s} swap {sw.get('standalone_gbps_out') or 0:.1f}/{sw.get('standalone_gbps_in') or 0:.1f}"
                      f" GB/s (in-run {sw.get('measured_gbps_out') or 0:.1f}/{sw.get('measured_gbps_in') or 0:.1f}, "

@@ -27,7 +27,7 @@ from obscura_jax.stage_program import StageProgram
 from obscura_jax.swap import HostSwap, host_memory_supported
 from planner.costs import check_partition
 from planner.errors import PlanError
-from schedules.ir import Schedule
+from schedules.ir import Kind, Schedule
 
 
 def stage_policies(cfg, schedule: Schedule, base_policy) -> list:
@@ -49,9 +49,10 @@ def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]
 
 
 @functools.lru_cache(maxsize=64)
-def build_program(cfg, unit_range, policy, device, shape: BatchShape) -> StageProgram:
+def build_program(cfg, unit_range, policy, device, shape: BatchShape, split: bool = False) -> StageProgram:
     """Compiled stage program; cached, since programs are immutable once built and
-    pipelines in one process (compare, tests) share most stages."""
+    pipelines in one process (compare, tests) share most stages. `split`: a stage
+    that runs I/W only (its fused backward compiles on first use)."""
     stage = models.build_stage(cfg, unit_range, policy)
     x_like = stage.input_spec(shape.micro_batch_size, shape.seq_len)
     targets_like = (jax.ShapeDtypeStruct((shape.micro_batch_size, shape.seq_len), np.int32)
@@ -59,7 +60,8 @@ def build_program(cfg, unit_range, policy, device, shape: BatchShape) -> StagePr
     params_like = _abstract_stage_params(cfg, unit_range)
     return StageProgram(stage.apply, takes_tokens=stage.is_first, returns_loss=stage.is_last,
                         device=device, params_like=params_like, x_like=x_like,
-                        targets_like=targets_like, name=f"stage units [{unit_range[0]},{unit_range[1]})")
+                        targets_like=targets_like, name=f"stage units [{unit_range[0]},{unit_range[1]})",
+                        split=split)
 
 
 def _abstract_stage_params(cfg, unit_range) -> dict:
@@ -134,7 +136,8 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
             raise RunError(f"stage {bad[0]}'s device {placement.devices[bad[0]]} has no pinned_host "
                              "memory: swapping is not possible there")
     policies = stage_policies(cfg, schedule, base_policy)
-    programs = [build_program(cfg, r, pol, dev, shape) if s in local else None
+    split = [any(a.kind is Kind.W for a in spec.actions) for spec in schedule.stages]
+    programs = [build_program(cfg, r, pol, dev, shape, split[s]) if s in local else None
                 for s, (r, pol, dev) in enumerate(zip(parts, policies, placement.devices))]
     specs = boundary_specs(cfg, parts, shape)
     nbytes = [leaf_bytes(sp) for sp in specs]

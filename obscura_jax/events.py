@@ -6,7 +6,7 @@ order and notes the time they became ready. The dispatching workers never wait, 
 devices keep running concurrently; waiting threads release the GIL. Several
 workers record at once (one per device); each process records its own stages, and
 `merge_events` puts several processes' events on one clock. Lanes: compute
-(F, B) per device, and one lane per direction of host copies (SO, SI), which run
+(F, B, I, W) per device, and one lane per direction of host copies (SO, SI), which run
 on their own copy streams and may finish out of order with compute.
 
 An action's start is inferred as what an in-order device implies:
@@ -29,7 +29,7 @@ import jax
 from schedules.deps import dependencies
 from schedules.ir import Action, Kind
 
-_LANE = {Kind.F: "compute", Kind.B: "compute", Kind.SO: "swap_out", Kind.SI: "swap_in"}
+_LANE = {Kind.F: "compute", Kind.B: "compute", Kind.I: "compute", Kind.W: "compute", Kind.SO: "swap_out", Kind.SI: "swap_in"}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ does not wait for it. Workers never block between actions (JAX dispatch is
 asynchronous), so stages on different devices run concurrently; a device whose
 queue is full blocks only its own worker. Messages between stages go through a
 Transport (obscura_jax.transport: in-process; obscura_jax.cross_process: several
-processes). W / I actions are not run: the engine's backward computes input and
-weight grads together.
+processes). A split backward (I then W, zero-bubble style) runs as two programs
+over the same residuals (obscura_jax.stage_program); a B whose micro-batch also has
+a W on that stage is the input half (the older spelling of I).
 
     run_actions   every action of the schedule (this process's share of them)
     apply_updates one optimizer step per local stage
@@ -136,12 +137,6 @@ class PipelineExecutor:
         p = schedule.num_stages
         if len(programs) != p:
             raise ValueError(f"schedule {schedule.name!r} has {p} stages, the pipeline {len(programs)}")
-        for s, spec in enumerate(schedule.stages):
-            split = sorted({a.kind.value for a in spec.actions if a.kind in (Kind.I, Kind.W)})
-            if split:
-                raise RunError(f"schedule {schedule.name!r} splits its backward on stage {s} "
-                               f"({'/'.join(split)} actions): the engine runs fused backwards only "
-                               "(no W actions)")
         self.local = [s for s, prog in enumerate(programs) if prog is not None]
         if not self.local:
             raise ValueError("a pipeline process must run at least one stage")
@@ -150,6 +145,15 @@ class PipelineExecutor:
             raise ValueError("the first stage must take tokens and the last must return the loss")
         self.schedule = schedule
         self.programs = programs
+        self.split = frozenset((a.stage, a.microbatch) for spec in schedule.stages
+                               for a in spec.actions if a.kind is Kind.W)
+        for s in self.local:   # compile the backward programs the schedule runs, ahead of the first step
+            kinds = {Kind.I if (a.stage, a.microbatch) in self.split and a.kind is Kind.B else a.kind
+                     for a in schedule.stages[s].actions}
+            if Kind.B in kinds:
+                programs[s].compile_fused()
+            if kinds & {Kind.I, Kind.W}:
+                programs[s].compile_split()
         self.devices = list(stage_devices) if stage_devices is not None else [prog.device for prog in programs]
         self.m = schedule.num_microbatches
         self.swap = swap or HostSwap()
@@ -229,14 +233,14 @@ class PipelineExecutor:
             targets=jax.device_put(list(targets), last.sharding) if last is not None else None,
             loss_dy=self._loss_dy, losses=[None] * self.m, swap=self.swap,
             swap_fraction=self.swap_fraction, swap_enabled=self.swap_enabled, ledger=ledger,
-            recorder=recorder)
+            recorder=recorder, split=self.split)
         self.transport.start_step(ledger)
         workers = [StageWorker(row, ctx) for row in self.rows.values()]
         error = run_threads([w.run for w in workers] + self.transport.step_threads(),
                             self.transport.fail_step)
         if error is not None:
             raise error
-        left = [key for w in workers for key in w.residuals]
+        left = [key for w in workers for key in (*w.residuals, *w.pending_dy)]
         messages = self.transport.finish_step()
         if left or messages:
             raise ValueError(f"schedule {self.schedule.name!r} left work undone: "

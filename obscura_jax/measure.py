@@ -39,6 +39,7 @@ from obscura_jax.stage_program import Residuals, StageProgram
 from obscura_jax.swap import HostSwap
 from planner.stopwatch import median_time
 from schedules.costs import StageCosts
+from schedules.ir import Kind
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class StageTiming:
     bwd: float
     residual_bytes: int
     temp_bytes: int = 0         # XLA scratch of one program run
+    input_grad: float | None = None    # I of the split backward (timed when asked)
+    weight_grad: float | None = None   # W of the split backward
+    weight_grad_bytes: int = 0         # what a W keeps from its I: the residuals and dy
 
 
 def _normal(spec, sharding, seed: int):
@@ -95,8 +99,10 @@ def _normal(spec, sharding, seed: int):
     return jax.device_put(x.astype(spec.dtype), sharding)
 
 
-def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first: bool = True) -> StageTiming:
-    """Steady-state forward and backward seconds of one program on its device."""
+def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first: bool = True,
+               split: bool = False) -> StageTiming:
+    """Steady-state forward and backward seconds of one program on its device; with
+    `split`, also its I and W programs, each timed alone as the engine runs them."""
     out_spec = prog.output_spec
     dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.sharding, seed=1)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
@@ -108,15 +114,32 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
         grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
         return [done, grads[0]]
     t_bwd = timing.time(bwd, False)
-    return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes)
+    if not split:
+        return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes)
+    t_i, t_w = time_split(prog, params, res, dy, grads, timing)
+    return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
+                       prog.residual_bytes + prog.dy_bytes)
+
+
+def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTiming) -> tuple[float, float]:
+    """Steady-state seconds of the split backward's I and W programs on the same
+    residuals (`grads`: a one-element list holding the donated accumulator)."""
+    prog.compile_split()
+    t_i = timing.time(lambda: [prog.input_grad(params, res, dy)[1]], False)
+
+    def weight():
+        grads[0], done = prog.weight_grad(params, res, dy, grads[0])
+        return [done, grads[0]]
+    return t_i, timing.time(weight, False)
 
 
 def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps: int) -> StageTiming:
-    """The engine's program for `unit_range` under `policy`, timed in steady state:
-    what planner.profiler.profile_model takes as its `time_unit`."""
+    """The engine's program for `unit_range` under `policy`, timed in steady state,
+    with its split backward's I and W: what planner.profiler.profile_model takes
+    as its `time_unit`."""
     shape = BatchShape(1, x.shape[0], x.shape[1])
     prog = build_program(cfg, unit_range, policy, device, shape)
-    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps))
+    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps), split=True)
 
 
 def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):
@@ -147,7 +170,8 @@ class MeasuredCosts:
 
     def to_json(self) -> dict:
         c = self.costs
-        return {"fwd": c.fwd, "bwd": c.bwd, "recompute": c.recompute, "act_bytes": c.act_bytes,
+        split = {"input_grad": c.input_grad, "weight_grad": c.weight_grad} if c.input_grad else {}
+        return {**split, "fwd": c.fwd, "bwd": c.bwd, "recompute": c.recompute, "act_bytes": c.act_bytes,
                 "act_bytes_recompute": c.act_bytes_recompute, "weight_bytes": c.weight_bytes,
                 "boundary_bytes": c.boundary_bytes, "p2p_bandwidth": c.p2p_bandwidth,
                 "host_bandwidth": c.host_bandwidth, "host_bandwidth_out": self.host_bandwidth_out,
@@ -170,7 +194,8 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
     for s in pipe.local_stages:
         prog, st, spec = pipe.programs[s], states[s], pipe.schedule.stages[s]
         x, targets = stage_inputs(pipe, s)
-        t = time_stage(prog, st.params, x, targets, timing, first)
+        split = any(a.kind in (Kind.I, Kind.W) for a in spec.actions)
+        t = time_stage(prog, st.params, x, targets, timing, first, split=split)
         first = False
         row = {"adjusted_bwd": t.bwd, "act_bytes_recompute": prog.residual_bytes,
                "weight_bytes": tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state),
@@ -183,6 +208,8 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
             del plain
         else:
             row.update(fwd=t.fwd, bwd=t.bwd, recompute=0.0, act_bytes=prog.residual_bytes, base_bwd=t.bwd)
+        if split:   # the simulator adds recompute to I on adjusted stages: I here is without it
+            row.update(input_grad=max(t.input_grad - row["recompute"], 0.0), weight_grad=t.weight_grad)
         if spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions):
             row.update(_time_swap(pipe, prog, st, x, targets, spec.swap_fraction, timing))
         stages[str(s)] = row
@@ -235,10 +262,14 @@ def combine(parts: list[dict], num_stages: int) -> MeasuredCosts:
     host_in = [r["host_in"] for r in rows if "host_in" in r]
     bw_out = statistics.median(host_out) if host_out else float("inf")
     bw_in = statistics.median(host_in) if host_in else float("inf")
+    split = {}
+    if any("input_grad" in r for r in rows):   # stages that run no W never read these
+        split = {"input_grad": tuple(r.get("input_grad", r["bwd"]) for r in rows),
+                 "weight_grad": tuple(r.get("weight_grad", 0.0) for r in rows)}
     costs = StageCosts(fwd=col("fwd"), bwd=col("bwd"), recompute=col("recompute"), act_bytes=col("act_bytes"),
                        act_bytes_recompute=col("act_bytes_recompute"), weight_bytes=col("weight_bytes"),
                        boundary_bytes=col("boundary_bytes"), p2p_bandwidth=p2p_bw,
-                       host_bandwidth=min(bw_out, bw_in))
+                       host_bandwidth=min(bw_out, bw_in), **split)
     return MeasuredCosts(costs, col("base_bwd"), col("adjusted_bwd"), bw_out, bw_in)
 
 

@@ -115,3 +115,18 @@ def place_across_processes(num_stages: int, platform: str,
     if len({d.id for d in devices}) < num_stages:
         note = f"{num_stages} stages on {len({d.id for d in devices})} {platform} devices (contiguous blocks)"
     return Placement(devices, platform, note)
+
+
+def place_schedule(placement_fn, schedule) -> Placement:
+    """Devices for `schedule`'s stages: `placement_fn(n)` places n stages one per
+    device; a schedule with several stages (chunks) per device asks it for one per
+    schedule device and puts each stage on its device (`schedule.stage_to_device`:
+    interleaved loops, zb-v's V)."""
+    if schedule.one_stage_per_device:
+        return placement_fn(schedule.num_stages)
+    base = placement_fn(schedule.num_devices)
+    devices = tuple(base.devices[d] for d in schedule.stage_to_device)
+    distinct = len({d.id for d in devices})
+    note = base.note or (f"{schedule.num_stages} stages on {distinct} {base.platform} devices "
+                         f"({schedule.num_stages // schedule.num_devices} chunks per device)")
+    return Placement(devices, base.platform, note)

@@ -1,8 +1,17 @@
-"""One pipeline stage as two compiled programs: forward (output + residuals) and
-backward (accumulated param grads + input grad).
+"""One pipeline stage as compiled programs: forward (output + residuals) and
+backward (accumulated param grads + input grad), or the backward split in two.
 
-    fwd(params, x[, targets])           -> (y or loss, residuals)
+    fwd(params, x[, targets])            -> (y or loss, residuals)
     bwd(params, residuals, dy, grad_acc) -> (grad_acc + dparams, dx)   (grad_acc donated)
+    I   (params, residuals, dy)           -> dx                  (split backward, input half)
+    W   (params, residuals, dy, grad_acc) -> grad_acc + dparams  (weight half, grad_acc donated)
+
+I and W rebuild the same pullback from the same residuals; each keeps only its
+own cotangent (XLA drops the other half's work), so the residuals (and dy) stay
+live from I until W. The cotangent chain through the stage's layers is computed
+by both: W pays for it again (I + W > B, measured: obscura_jax.measure), since a
+pullback over the stage's residuals cannot hand W the layers' output cotangents.
+Recompute policies and swapping work unchanged (W re-runs the policy's remat).
 
 Both are `jax.vjp` split across two jitted programs. The pullback that `jax.vjp`
 returns is a pytree whose leaves are everything the backward needs. Some of those
@@ -85,10 +94,12 @@ class StageProgram:
     stage's pure function. When `takes_tokens` the input is integer tokens and gets
     no cotangent (dx is None). When `returns_loss` the output is the scalar loss of
     the micro-batch and its dy is the loss weight (1/m for a mean over m).
+    `split`: the stage runs I and W only, so B compiles on first use (`compile_fused`).
     """
 
     def __init__(self, apply: Callable, *, takes_tokens: bool, returns_loss: bool,
-                 device: jax.Device, params_like, x_like, targets_like=None, name: str = "stage"):
+                 device: jax.Device, params_like, x_like, targets_like=None, name: str = "stage",
+                 split: bool = False):
         if returns_loss and targets_like is None:
             raise ValueError(f"{name}: a stage that returns the loss needs targets")
         self.name = name
@@ -116,11 +127,34 @@ class StageProgram:
         self.residual_bytes = sum(self.residual_leaf_bytes)
         self._fwd = lowered.compile()
         dy_spec = _spec(jax.ShapeDtypeStruct(out_info[0].shape, out_info[0].dtype), self.sharding)
-        grad_spec = params_spec
-        bwd = jax.jit(self._backward_traced, static_argnums=0, donate_argnums=4)
-        self._bwd = bwd.lower(self.layout, params_spec, tuple(res_specs), dy_spec, grad_spec).compile()
-        self.temp_bytes = max(_temp_bytes(self._fwd), _temp_bytes(self._bwd))
+        self.temp_bytes = _temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
+        self._split_specs = (params_spec, tuple(res_specs), dy_spec)
+        self._bwd = self._bwd_input = self._bwd_weight = None
+        if not split:
+            self.compile_fused()
+        # dy that a W keeps from its I (the loss stage's dy is the shared scalar)
+        self.dy_bytes = 0 if returns_loss else self.output_bytes
+
+    def compile_fused(self) -> None:
+        """Compile the fused backward B (once; a split-only stage never needs it)."""
+        if self._bwd is not None:
+            return
+        params_spec, res_specs, dy_spec = self._split_specs
+        bwd = jax.jit(self._backward_traced, static_argnums=0, donate_argnums=4)
+        self._bwd = bwd.lower(self.layout, params_spec, res_specs, dy_spec, params_spec).compile()
+        self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd))
+
+    def compile_split(self) -> None:
+        """Compile the split backward's I and W programs (once; ahead of any step)."""
+        if self._bwd_weight is not None:
+            return
+        params_spec, res_specs, dy_spec = self._split_specs
+        i = jax.jit(self._input_grad_traced, static_argnums=0)
+        self._bwd_input = i.lower(self.layout, params_spec, res_specs, dy_spec).compile()
+        w = jax.jit(self._weight_grad_traced, static_argnums=0, donate_argnums=4)
+        self._bwd_weight = w.lower(self.layout, params_spec, res_specs, dy_spec, params_spec).compile()
+        self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd_input), _temp_bytes(self._bwd_weight))
 
     # ---- traced bodies -------------------------------------------------------
     def _forward_traced(self, params, x, targets=None):
@@ -155,7 +189,8 @@ class StageProgram:
             keeps_targets=any(s == _TARGETS for s, _ in sources))
         return out, tuple(kept)
 
-    def _backward_traced(self, layout: PullbackLayout, params, res_leaves, dy, grad_acc):
+    def _cotangents(self, layout: PullbackLayout, params, res_leaves, dy):
+        """The pullback rebuilt from params + residuals, applied to dy."""
         params_flat = jax.tree.leaves(params)
         offset = 0
         slot = {}
@@ -173,12 +208,24 @@ class StageProgram:
                 leaves.append(res_leaves[offset + i])
             else:
                 leaves.append(slot[src])
-        cotangents = jax.tree.unflatten(layout.treedef, leaves)(dy)
+        return jax.tree.unflatten(layout.treedef, leaves)(dy)
+
+    def _backward_traced(self, layout: PullbackLayout, params, res_leaves, dy, grad_acc):
+        cotangents = self._cotangents(layout, params, res_leaves, dy)
         grads = jax.tree.map(jnp.add, grad_acc, cotangents[0])
         # Tokens get no cotangent; a scalar marks completion instead (the grads are
         # donated to the next backward, so they cannot be waited on).
         done = jnp.zeros((), jnp.float32) if self.takes_tokens else cotangents[1]
         return grads, done
+
+    def _input_grad_traced(self, layout: PullbackLayout, params, res_leaves, dy):
+        if self.takes_tokens:   # no input gradient: I is empty, W does the whole backward
+            return jnp.zeros((), jnp.float32)
+        return self._cotangents(layout, params, res_leaves, dy)[1]
+
+    def _weight_grad_traced(self, layout: PullbackLayout, params, res_leaves, dy, grad_acc):
+        dparams = self._cotangents(layout, params, res_leaves, dy)[0]
+        return jax.tree.map(jnp.add, grad_acc, dparams), jnp.zeros((), jnp.float32)
 
     # ---- running ---------------------------------------------------------------
     def forward(self, params, x, targets=None):
@@ -197,8 +244,27 @@ class StageProgram:
         if residuals.host_slots:
             raise ValueError(f"{self.name}: backward issued while {len(residuals.host_slots)} residual "
                              "leaves are still on host (missing SI before B)")
+        self.compile_fused()
         grads, done = self._bwd(params, residuals.leaves, dy, grad_acc)
         return grads, (None if self.takes_tokens else done), done
+
+    def input_grad(self, params, residuals: Residuals, dy):
+        """I of a split backward -> (dx or None, ready). Residuals stay (W needs them)."""
+        self._check_on_device(residuals, "I")
+        self.compile_split()
+        out = self._bwd_input(params, residuals.leaves, dy)
+        return (None if self.takes_tokens else out), out
+
+    def weight_grad(self, params, residuals: Residuals, dy, grad_acc):
+        """W of a split backward -> (grad_acc + dparams, ready). `grad_acc` is donated."""
+        self._check_on_device(residuals, "W")
+        self.compile_split()
+        return self._bwd_weight(params, residuals.leaves, dy, grad_acc)
+
+    def _check_on_device(self, residuals: Residuals, what: str) -> None:
+        if residuals.host_slots:
+            raise ValueError(f"{self.name}: {what} issued while {len(residuals.host_slots)} residual "
+                             "leaves are still on host (missing SI before it)")
 
     def zero_grads(self, params=None):
         """Fresh zero gradient accumulators on the device (host zeros: nothing to compile)."""

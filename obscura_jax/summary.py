@@ -7,7 +7,7 @@ import statistics
 
 import numpy as np
 
-from schedules.ir import Kind
+from schedules.ir import COMPUTE_KINDS, Kind
 from schedules.timeline import Timeline
 
 
@@ -109,13 +109,11 @@ def summarize(out) -> dict:
         "timeline": out.timeline.to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
     }
-    if shared and measured is not None:
-        c = measured.costs
-        # One device runs every stage's work in turn: no pipeline overlap is possible.
+    if shared and sim is not None:
+        # One device runs every stage's work in turn (F, B or I + W, recompute): no
+        # pipeline overlap is possible.
         result["simulated_serial_time"] = sum(
-            m * (c.fwd[s] + c.backward_time(s, spec.adjusted))
-            for s, spec in enumerate(pipe.schedule.stages)
-            for m in [pipe.schedule.num_microbatches]) + (update_time or 0.0)
+            o.end - o.start for o in sim.ops if o.kind in COMPUTE_KINDS) + (update_time or 0.0)
     return result
 
 

@@ -34,7 +34,7 @@ from obscura_jax.events import EventRecorder, events_to_json, infer_ops, merge_e
 from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
 from obscura_jax.messages import order_digest, transfer_plan
-from obscura_jax.placement import Placement
+from obscura_jax.placement import Placement, place_schedule
 from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.run_config import RunConfig
 from obscura_jax.swap import choose_leaves
@@ -95,7 +95,8 @@ def _device_peak(device):
 
 def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
           group: ProcessGroup = SINGLE) -> TrainOutcome:
-    """placement_fn(num_stages) -> Placement (devices are chosen once p is known);
+    """placement_fn(n) -> Placement of n stages, one per device (devices are chosen
+    once the schedule is known: obscura_jax.placement.place_schedule);
     `group`: the run's processes as this one sees them (default: just this one)."""
     outcome, data, ckpt, identity = _prepare(run, placement_fn, group, log)
     pipe = outcome.pipeline
@@ -120,7 +121,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     """Schedule, placement, checkpoint, pipeline and (initial or restored) state."""
     cfg = run.model_config()
     schedule, partition = run.resolve(cfg)
-    placement: Placement = placement_fn(schedule.num_stages)   # its note is in the report
+    placement: Placement = place_schedule(placement_fn, schedule)   # its note is in the report
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
@@ -335,5 +336,5 @@ def measured_timeline(pipe: Pipeline, events, stage_facts: list[dict]) -> Timeli
             nbytes = float(stage_facts[a.stage]["swapped_bytes_per_block"])
         records.append(OpRecord.of(a, op.start, op.end, 0.0, nbytes))
     kept = [float(f["residual_bytes"]) for f in stage_facts]
-    return Timeline.from_ops(pipe.schedule.num_stages, records, kept,
-                             name=f"{pipe.schedule.name} (measured)")
+    return Timeline.from_ops(pipe.schedule.num_stages, records, kept, name=f"{pipe.schedule.name} (measured)",
+                             stage_to_device=pipe.schedule.stage_to_device)

@@ -6,6 +6,8 @@ worker, and devices keep running concurrently.
 
     F  y, res = fwd(params, x);  y -> every stage that depends on it (Transport.send)
     B  grads, dx = bwd(params, res, dy, grads);  dx -> the stage that depends on it
+    I  dx = I(params, res, dy);  dx -> upstream; res and dy stay until the W
+    W  grads = W(params, res, dy, grads);  frees res and dy
     SO / SI  a fraction of res to pinned host memory and back (obscura_jax.swap)
 
 Residuals stay with the worker of their stage; the loss stage's dy is 1/m, so the
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from obscura_jax.transport import StepAborted
 from schedules.ir import Action, Kind
 
-KINDS = (Kind.F, Kind.B, Kind.SO, Kind.SI)
+KINDS = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.SO, Kind.SI)
 
 
 @dataclass
@@ -39,6 +41,7 @@ class StepContext:
     swap_enabled: bool
     ledger: object = None          # MemoryLedger or None
     recorder: object = None        # EventRecorder or None
+    split: frozenset = frozenset()  # (stage, micro-batch) whose B is the input half (a W follows)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class StageWorker:
     row: list[Action]
     ctx: StepContext
     residuals: dict = field(default_factory=dict)
+    pending_dy: dict = field(default_factory=dict)    # (stage, mb) -> dy an I keeps for its W
     dispatch: dict = field(default_factory=lambda: {k.value: [] for k in KINDS})
 
     def run(self) -> None:
@@ -63,13 +67,18 @@ class StageWorker:
         """Dispatch one action; returns the arrays that are ready when it is done."""
         if action.kind is Kind.F:
             return self._forward(action)
+        if action.kind is Kind.I or (action.kind is Kind.B
+                                     and (action.stage, action.microbatch) in self.ctx.split):
+            return self._input_grad(action)
+        if action.kind is Kind.W:
+            return self._weight_grad(action)
         if action.kind is Kind.B:
             return self._backward(action)
         if action.kind is Kind.SO:
             return self._swap_out(action)
         if action.kind is Kind.SI:
             return self._swap_in(action)
-        raise ValueError(f"unsupported action {action}")  # the executor refuses I/W up front
+        raise ValueError(f"unsupported action {action}")
 
     def _receive(self, action: Action):
         msgs = self.ctx.routes.incoming[action]
@@ -104,6 +113,27 @@ class StageWorker:
             ctx.ledger.add(a, s, -res.device_bytes)
         if dx is not None:
             self._send(a, dx)
+        return (done,)
+
+    def _input_grad(self, a: Action) -> tuple:
+        ctx, s, mb = self.ctx, a.stage, a.microbatch
+        prog, st = ctx.programs[s], ctx.states[s]
+        dy = ctx.loss_dy if prog.returns_loss else self._receive(a)
+        dx, done = prog.input_grad(st.params, self.residuals[(s, mb)], dy)
+        self.pending_dy[(s, mb)] = dy
+        if ctx.ledger is not None and prog.dy_bytes:
+            ctx.ledger.add(a, s, prog.dy_bytes)
+        if dx is not None:
+            self._send(a, dx)
+        return (done,)
+
+    def _weight_grad(self, a: Action) -> tuple:
+        ctx, s, mb = self.ctx, a.stage, a.microbatch
+        prog, st = ctx.programs[s], ctx.states[s]
+        res, dy = self.residuals.pop((s, mb)), self.pending_dy.pop((s, mb))
+        st.grads, done = prog.weight_grad(st.params, res, dy, st.grads)
+        if ctx.ledger is not None:
+            ctx.ledger.add(a, s, -res.device_bytes - prog.dy_bytes)
         return (done,)
 
     def _swap_out(self, a: Action) -> tuple:

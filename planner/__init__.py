@@ -22,7 +22,7 @@ _EXPORTS = {
     "profile_from_json": "planner.profile", "derive_profile": "planner.profile",
     "analytic_profile": "planner.analytic", "profile_model": "planner.profiler",
     "stage_costs": "planner.costs",
-    "Plan": "planner.plan", "StagePlan": "planner.plan", "make_plan": "planner.plan", "smallest_feasible_limit": "planner.plan",
+    "Plan": "planner.plan", "StagePlan": "planner.plan", "make_plan": "planner.plan", "smallest_feasible_limit": "planner.feasibility",
     "plan_search": "planner.plan", "load_plan": "planner.plan", "save_plan": "planner.plan",
     "plan_from_json": "planner.plan", "plan_to_schedule": "planner.plan",
     "PlanSource": "planner.plan_meta", "scale_partition": "planner.plan_meta",

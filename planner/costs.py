@@ -129,6 +129,7 @@ def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
         raise PlanError(f"{len(recompute_sets)} recompute sets for {len(views)} stages")
     sets = [frozenset(r) for r in recompute_sets]
     return StageCosts(
+        **split_backward(profile, views),
         fwd=tuple(v.fwd for v in views),
         bwd=tuple(v.bwd for v in views),
         recompute=tuple(recompute_time(profile, v.units, r) for v, r in zip(views, sets)),
@@ -140,6 +141,17 @@ def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
         p2p_bandwidth=profile.p2p_bandwidth if p2p_bandwidth is None else p2p_bandwidth,
         host_bandwidth=profile.host_bandwidth if host_bandwidth is None else host_bandwidth,
     )
+
+
+def split_backward(profile: Profile, views: Sequence[StageView]) -> dict:
+    """StageCosts' input_grad / weight_grad per stage, summed over its units, when
+    every unit kind of the profile has measured I and W times; {} otherwise (the
+    simulator then prices I = W = bwd / 2)."""
+    units = [u for _, u in profile.units]
+    if any(u.input_grad_time is None or u.weight_grad_time is None for u in units):
+        return {}
+    return {"input_grad": tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views),
+            "weight_grad": tuple(sum(profile.unit(k).weight_grad_time for k in v.kinds) for v in views)}
 
 
 def move_unit(partition: Partition, src: int, dst: int) -> Partition:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 import models
 from planner.analytic import analytic_profile
 from planner.errors import InfeasibleError, PlanError, ProfileError
+from planner.families import zoo_systems
 from planner.identify import parse_memory_limit
 from planner.paper import (ABLATION_RUNS, ABLATION_STEPS, FAMILIES, FIG5_CONFIGS, FIG5_PAPER,
                            MICRO_BATCH, NUM_STAGES, PAPER_LIMIT, PAPER_SPEEDUP, SEQ_LEN, SIZES, SYSTEMS)
@@ -101,7 +102,8 @@ def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages:
     """planner.plan.plan_search, or None when no configuration fits the limit
     (less `reserve`, held back for what the memory model does not count)."""
     try:
-        return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve, **switches)
+        return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve,
+                           **{"families": False, **switches})   # the paper's systems: Obscura on 1F1B
     except InfeasibleError:
         return None
 
@@ -255,6 +257,41 @@ def order_kind(ev) -> str:
         if rows == tuple(st.actions for st in ref.stages):
             return name
     return "relaxed"
+
+
+ZOO_SYSTEMS = {"dapple_plus": "DAPPLE+", "interleaved_full": "Interleaved + full recompute",
+               "zb_h1_full": "ZB-H1 + full recompute", "obscura": "Obscura (on 1F1B)",
+               "obscura_interleaved": "Obscura on interleaved", "obscura_zb_h1": "Obscura on ZB-H1",
+               "pick": "planner's pick"}
+
+
+def zoo_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
+             reserve=0) -> list[dict]:
+    """scripts/fig_zoo.py: one row per ZOO_SYSTEMS entry, all from one plan search
+    with the schedule families on (planner.families.zoo_systems); a system that
+    does not fit has no iteration time ('OOM')."""
+    prof = source.sized(size)
+    limit = parse_memory_limit(memory_limit)
+    result = plan_case(prof, global_batch, limit, num_stages, reserve, families=True)
+    evs = zoo_systems(result) if result is not None else {}
+    plus = evs.get("dapple_plus")
+    t_plus = plus.makespan if plus is not None and plus.fits else None
+    rows = []
+    for name, label in ZOO_SYSTEMS.items():
+        ev = evs.get(name)
+        t = ev.makespan if ev is not None and ev.fits else None
+        cfg = ev.config if ev is not None else None
+        rows.append({
+            "family": source.family, "model": prof.model, "global_batch": global_batch, "num_stages": num_stages,
+            "memory_limit_gib": round(limit / GiB, 3), "system": name, "label": label, "fits": t is not None,
+            "iteration_s": t, "samples_per_s": global_batch / t if t else None,
+            "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
+            "simulated_s_if_it_fit": ev.makespan if ev is not None else None,
+            "schedule": cfg.schedule if cfg else "", "virtual_stages": cfg.virtual_stages if cfg else None,
+            "adjusted_stages": len(cfg.adjusted) if cfg else None,
+            "max_device_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
+            "pick_source": result.source if result is not None else "infeasible", "profile": source.label})
+    return rows
 
 
 def run_tasks(fn: Callable[..., list[dict]], tasks: Sequence[tuple], jobs: int = 1) -> list[dict]:

@@ -10,7 +10,8 @@ H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (devic
 SIZES = {"13b": 40, "18b": 56, "23b": 72, "28b": 88}   # layers (models/config.py)
 FAMILIES = {"llama2": "Llama-2", "gpt3": "GPT-3"}
 SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+", "recomp": "Recomp-N",
-           "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura"}
+           "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura",
+           "interleaved_full": "Interleaved+full", "zb_h1_full": "ZB-H1+full"}
 
 # Fig. 12: speedup of Obscura over DAPPLE+ (spec section 9), over global batch 16/32/64.
 PAPER_SPEEDUP = {("llama2", "18b"): (1.29, 1.31), ("llama2", "23b"): (1.29, 1.31),

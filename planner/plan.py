@@ -11,7 +11,11 @@ Planning (spec section 8), all on one profile:
    faster;
 5. the baselines, simulated the same way (planner.baselines); if one that fits
    simulates faster than the searched configuration, the plan is that baseline
-   (PlanResult.source says which; with realistic profiles the search wins).
+   (PlanResult.source says which; with realistic profiles the search wins);
+6. the schedule family (planner.families): interleaved (V = 2, 4) and ZB-H1, plain
+   and with Obscura's settings from step 3-4 on them; the fastest that fits wins.
+   The plan records its `family` and `virtual_stages`; a plan with several stages
+   per device also records `stage_to_device` and the devices' rows.
 If no configuration fits, InfeasibleError names the smallest limit that would.
 A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
 seq_len, micro_batch, dtypes, device, profile file and sha256).
@@ -20,13 +24,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import models
-from planner.baselines import BASELINES, evaluate_baselines, minimum_memory
+from planner import families as family_choice
+from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
 from planner.costs import Partition, check_partition, weight_bytes
 from planner.errors import InfeasibleError, PlanError
+from planner.feasibility import limit_text, round_up_limit
+from planner.families import family_of
 from planner.identify import identify, parse_memory_limit
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
 from planner.plan_meta import PlanSource, source_from_json
@@ -34,7 +41,8 @@ from planner.profile import Profile
 from planner.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
-from schedules import SCHEDULES, Action, Schedule, StageSpec, generate, validate
+from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
+from schedules.generators import CHUNKED
 from schedules.jsonio import load_document, write_json_atomic
 from schedules.sizes import format_bytes, parse_bytes
 
@@ -91,6 +99,9 @@ class Plan:
     predicted_iteration_time: float
     baselines: tuple[tuple[str, float | None], ...] = ()
     source: PlanSource | None = None      # None: a plan written before plans recorded it
+    virtual_stages: int = 1               # model stages (chunks) per device
+    stage_to_device: tuple[int, ...] = () # with chunks: where each stage runs
+    device_rows: tuple[tuple[str, ...], ...] = ()   # with chunks: each device's order ("2F0", ...)
 
     def __post_init__(self) -> None:
         for name in ("num_stages", "num_microbatches", "memory_limit"):
@@ -116,6 +127,20 @@ class Plan:
         object.__setattr__(self, "baselines", base)
         if self.source is not None and not isinstance(self.source, PlanSource):
             raise PlanError(f"plan source must be a PlanSource, got {type(self.source).__name__}")
+        v = self.virtual_stages
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or self.num_stages % v:
+            raise PlanError(f"plan 'virtual_stages' must divide num_stages={self.num_stages}, got {v!r}")
+        object.__setattr__(self, "stage_to_device", tuple(int(d) for d in self.stage_to_device))
+        object.__setattr__(self, "device_rows", tuple(tuple(r) for r in self.device_rows))
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_stages // self.virtual_stages
+
+    @property
+    def family(self) -> str:
+        """The base schedule family (planner.families): 1f1b, interleaved, zb-h1, ..."""
+        return family_of(self.schedule)
 
     @property
     def partition(self) -> Partition:
@@ -148,7 +173,9 @@ class Plan:
                             **({"actions": list(st.actions)} if st.actions else {})}
                            for st in self.stages],
                 "predicted_iteration_time": self.predicted_iteration_time,
-                "baselines": dict(self.baselines)}
+                "baselines": dict(self.baselines), "family": self.family, "virtual_stages": self.virtual_stages,
+                **({"stage_to_device": list(self.stage_to_device), "device_rows": [list(r) for r in self.device_rows]}
+                   if self.device_rows else {})}
 
 
 _PLAN_KEYS = ("num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
@@ -184,8 +211,13 @@ def plan_from_json(d: Any) -> Plan:
                                     tuple(st.get("actions", ()))))
         except PlanError as e:
             raise PlanError(f"plan stage {s}: {e}") from None
+    rows = d.get("device_rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows) \
+            or not isinstance(d.get("stage_to_device", []), list):
+        raise PlanError("plan 'device_rows' must be a list of lists and 'stage_to_device' a list")
     return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
-                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d))
+                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
+                d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)))
 
 
 def load_plan(path) -> Plan:
@@ -201,6 +233,17 @@ def plan_to_schedule(plan: Plan) -> Schedule:
     has them (`obscura plan` writes them: Obscura's order depends on the cost model
     it was generated under), else its generator's default order; each stage's
     recompute set and swap settings from the plan."""
+    if plan.device_rows:   # several stages per device: the devices' recorded rows
+        specs = tuple(StageSpec((), st.recompute, st.swap_fraction if st.swap_blocks else 0.0, st.swap_blocks)
+                      for st in plan.stages)
+        rows = tuple(tuple(Action.parse(a) for a in row) for row in plan.device_rows)
+        try:
+            sched = Schedule(plan.schedule, plan.num_stages, plan.num_microbatches, specs, plan.stage_to_device,
+                             rows)
+        except ScheduleError as e:
+            raise PlanError(f"plan rows: {e}") from None
+        validate(sched)
+        return sched
     if plan.stages[0].actions:
         specs = []
         for s, st in enumerate(plan.stages):
@@ -215,9 +258,10 @@ def plan_to_schedule(plan: Plan) -> Schedule:
     adjusted = plan.adjusted_stages
     if plan.schedule in ("recomp", "strawman", "obscura") and not adjusted:
         raise PlanError(f"a {plan.schedule!r} plan needs at least one adjusted stage")
-    sched = generate(plan.schedule, plan.num_stages, plan.num_microbatches,
+    sched = generate(plan.schedule, plan.num_stages // plan.virtual_stages, plan.num_microbatches,
                      adjusted=adjusted or None, recompute=("full",),
-                     swap_blocks=lam if any(lam) else 0, swap_fraction=beta)
+                     swap_blocks=lam if any(lam) else 0, swap_fraction=beta,
+                     **({"virtual_stages": plan.virtual_stages} if plan.schedule in CHUNKED else {}))
     stages = tuple(replace(spec, recompute=st.recompute, swap_fraction=st.swap_fraction if st.swap_blocks else 0.0)
                    for spec, st in zip(sched.stages, plan.stages))
     return replace(sched, stages=stages)
@@ -235,26 +279,31 @@ class PlanResult:
     adjustment: AdjustResult | None
     seconds: float
     searched: Evaluation | None = None   # the search's best (== best unless a baseline won)
-    source: str = "search"               # "search", or the baseline that simulated faster
+    source: str = "search"               # "search", the baseline or family candidate that won
+    families: Mapping[str, Evaluation] = field(default_factory=dict)   # planner.families' candidates
 
 
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
              op_order) -> Plan:
-    cfg = ev.config
-    transformed = cfg.schedule in ("obscura", "strawman")
+    cfg, sched = ev.config, ev.schedule
+    transformed = cfg.schedule in ("obscura", "strawman", "obscura-interleaved", "obscura-zb-h1")
+    where, one = sched.stage_to_device, sched.one_stage_per_device
     stages = tuple(StagePlan(cfg.partition[s], transformed and s in cfg.adjusted,
                              recompute_names(cfg.recompute[s], op_order), cfg.swap_blocks[s],
-                             cfg.beta if cfg.swap_blocks[s] else 0.0, ev.peaks[s],
-                             tuple(str(a) for a in ev.schedule.stages[s].actions))
+                             cfg.beta if cfg.swap_blocks[s] else 0.0, ev.peaks[where[s]],
+                             tuple(str(a) for a in sched.stages[s].actions) if one else ())
                    for s in range(len(cfg.partition)))
-    base = tuple((name, baselines[name].makespan if baselines[name].fits else None) for name in BASELINES)
-    return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base)
+    base = tuple((name, ev_.makespan if ev_.fits else None) for name, ev_ in baselines.items())
+    rows = () if one else tuple(tuple(a.long for a in row) for row in sched.rows)
+    return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base,
+                virtual_stages=cfg.virtual_stages, stage_to_device=() if one else where, device_rows=rows)
 
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
-                exact_residuals: bool = True, reserve=0, profile_path=None) -> PlanResult:
-    """Everything `make_plan` does, with the intermediate results kept. `reserve`
+                exact_residuals: bool = True, reserve=0, profile_path=None, families: bool = True) -> PlanResult:
+    """Everything `make_plan` does, with the intermediate results kept. `families`:
+    step 6 (off: Obscura on 1F1B and the paper's baselines only). `reserve`
     (bytes or a size string) is held back from the limit for what the model does
     not count (XLA scratch buffers, allocator fragmentation). `profile_path`: the
     file the profile was read from (its name and sha256 go into the plan).
@@ -301,7 +350,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             what = "whole-unit recompute" + (" and the most swapping" if swap else "")
             raise InfeasibleError(
                 f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what {what} needs; "
-                f"the smallest feasible limit is {_limit_text(need + held)}", _round_up(need + held))
+                f"the smallest feasible limit is {limit_text(need + held)}", round_up_limit(need + held))
         best = floor  # the search's grid missed it; the memory floor itself fits
         k = max(best.config.adjusted, default=-1)
     even_best = best
@@ -314,47 +363,31 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             cand = best_obscura(setting, adjustment.partition, k, fixed, swap, ip) if fixed else None
             if cand is not None and rank(cand) < rank(best):
                 best = cand
-    baselines = evaluate_baselines(setting, even)
+    baselines = {**evaluate_baselines(setting, even), **(family_baselines(setting, even) if families else {})}
     searched, source = best, "search"
-    for name in BASELINES:  # never hand out a plan slower than a baseline that fits
-        ev = baselines[name]
+    for name, ev in baselines.items():  # never hand out a plan slower than a baseline that fits
         if ev.fits and rank(ev) < rank(best):
             best, source = ev, name
+    candidates: dict = {}
+    if families:
+        best, family_source, candidates = family_choice.choose(setting, even, best, searched)
+        source = family_source or source
     plan = replace(_to_plan(best, m, limit, baselines, profile.op_names),
                    source=PlanSource.of_profile(profile, profile_path))
     return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
-                      time.perf_counter() - start, searched, source)
-
-
-def smallest_feasible_limit(profile: Profile, num_stages: int, num_microbatches: int, cmb: bool = True,
-                            swap: bool = True, reserve=0) -> int:
-    """The least memory limit (bytes, reserve included) any plan on the even
-    partition fits in: whole-unit recompute and the most swapping on stages 0..k."""
-    held = int(parse_bytes(reserve if reserve is not None else 0, "reserve", allow_zero=True, error=PlanError))
-    even = check_partition(models.even_partition(profile.num_units, num_stages), profile.num_units)
-    need, _ = minimum_memory(Setting(profile, num_microbatches, math.inf, exact_unit_kept(profile)), even, cmb, swap)
-    return _round_up(need + held)
+                      time.perf_counter() - start, searched, source, candidates)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,
               swap: bool = True, partition: bool = True, ip: bool = True, reserve=0,
-              profile_path=None) -> Plan:
+              profile_path=None, families: bool = True) -> Plan:
     """A plan for `profile` on `num_stages` stages and `num_microbatches`
     micro-batches under `memory_limit` (bytes or e.g. "80GiB"). `cmb`: CMB-Identifying;
     `swap`: swapping-aware recompute's swap grid; `partition`: Algorithm 1; `ip`:
     per-op recompute choice (off: whole-unit recompute on adjusted stages);
     `reserve`: bytes of the limit kept free for what the model does not count;
-    `profile_path`: the profile's file, recorded in the plan."""
+    `profile_path`: the profile's file, recorded in the plan; `families`: choose the
+    schedule family too (planner.families)."""
     return plan_search(profile, num_stages, num_microbatches, memory_limit, cmb=cmb, swap=swap,
-                       partition=partition, ip=ip, reserve=reserve, profile_path=profile_path).plan
-
-
-def _round_up(need: float) -> int:
-    """The smallest feasible limit as a whole number of bytes, a hair above the
-    floor so the integer program's conservative rounding accepts it."""
-    return int(math.ceil(need * (1 + 1e-9))) + 4096
-
-
-def _limit_text(need: float) -> str:
-    b = _round_up(need)
-    return f"{format_bytes(b, 2)} ({b} bytes)"
+                       partition=partition, ip=ip, reserve=reserve, profile_path=profile_path,
+                       families=families).plan

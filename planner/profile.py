@@ -17,6 +17,13 @@ never costs more than all of it). `full_recompute_time` is an optional extra key
 backward recomputes only what it needs (XLA drops e.g. mlp_down, whose output only
 feeds the residual add), so a measured full recompute can cost well under the whole
 forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
+
+Optional per unit (absent in profiles written before them, which load unchanged):
+`input_grad_time` and `weight_grad_time`, the split backward's I and W as the
+engine runs them (each its own program over the unit's residuals), and
+`weight_grad_bytes`, what a W keeps from its I (the residuals and the output
+gradient). Without them a split backward is priced I = W = bwd_time / 2
+(schedules.costs' default).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from planner.errors import ProfileError
 from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
+_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 
 
@@ -76,13 +84,16 @@ class UnitProfile:
     input_bytes: float   # always kept (the unit's input is its checkpoint)
     ops: tuple[tuple[str, OpProfile], ...] = ()
     full_recompute_time: float | None = None  # measured cost of "full"; None: fwd_time
+    input_grad_time: float | None = None      # I of the split backward (None: bwd_time / 2)
+    weight_grad_time: float | None = None     # W of the split backward (None: bwd_time / 2)
+    weight_grad_bytes: float | None = None    # what a W keeps from its I (residuals + dy)
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
             object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
-        if self.full_recompute_time is not None:
-            object.__setattr__(self, "full_recompute_time",
-                               _number("unit full_recompute_time", self.full_recompute_time))
+        for name in _OPTIONAL_UNIT_KEYS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
         ops = self.ops.items() if isinstance(self.ops, Mapping) else self.ops
         ops = tuple((str(n), o if isinstance(o, OpProfile) else OpProfile(**o)) for n, o in ops)
         if len({n for n, _ in ops}) != len(ops):
@@ -218,8 +229,7 @@ class Profile:
             "p2p_bandwidth": self.p2p_bandwidth, "p2p_latency": self.p2p_latency,
             "units": {kind: {"fwd_time": u.fwd_time, "bwd_time": u.bwd_time,
                              "weight_bytes": u.weight_bytes, "input_bytes": u.input_bytes,
-                             **({} if u.full_recompute_time is None
-                                else {"full_recompute_time": u.full_recompute_time}),
+                             **{k: getattr(u, k) for k in _OPTIONAL_UNIT_KEYS if getattr(u, k) is not None},
                              "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
                                      for n, o in u.ops}}
                       for kind, u in self.units},
@@ -272,9 +282,9 @@ def profile_from_json(d: Any) -> Profile:
             ops.append((name, OpProfile(_number(f"{where}.fwd_time", o["fwd_time"]),
                                         _number(f"{where}.act_bytes", o["act_bytes"]))))
         vals = {key: _number(f"units.{kind}.{key}", u[key]) for key in _UNIT_KEYS}
-        if u.get("full_recompute_time") is not None:
-            vals["full_recompute_time"] = _number(f"units.{kind}.full_recompute_time",
-                                                  u["full_recompute_time"])
+        for key in _OPTIONAL_UNIT_KEYS:
+            if u.get(key) is not None:
+                vals[key] = _number(f"units.{kind}.{key}", u[key])
         parsed[kind] = UnitProfile(**vals, ops=tuple(ops))
     top = {key: d[key] for key in _TOP_KEYS if key != "units"}
     for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):

@@ -29,6 +29,12 @@ split, the same residuals; the planner never imports the engine) and measures:
 
 `ops` restricts the offered recompute choices: other ops are always saved, and
 their bytes count as the unit's input_bytes (kept whatever is recomputed).
+A split backward (zero-bubble style): when `time_unit` also reports the unit's I
+and W (as obscura_jax.measure.time_unit_program does: the engine's I and W
+programs, each timed alone over the same residuals), the unit records them as
+input_grad_time / weight_grad_time, and weight_grad_bytes, what a W keeps from its
+I (`split_fields`).
+
 Bandwidths: host <-> device and device <-> device are timed with jax.device_put
 when the platform has a pinned-host memory / a second device; otherwise the
 defaults below are written and `notes` says so.
@@ -177,7 +183,8 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         full = sum(o.fwd_time for o in op_prof.values()) if ops is None else None
         units[kind] = UnitProfile(fwd_time=timing.fwd, bwd_time=timing.bwd,
                                   weight_bytes=float(training_state_bytes(params)),
-                                  input_bytes=float(sizes[0]), ops=op_prof, full_recompute_time=full)
+                                  input_bytes=float(sizes[0]), ops=op_prof, full_recompute_time=full,
+                                  **split_fields(timing))
         say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
             f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed)")
         del params, unit_params
@@ -189,6 +196,17 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         p2p_latency=pl if p2p_latency is None else p2p_latency, units=units, family=cfg.family)
     run.seconds = time.perf_counter() - start
     return run
+
+
+def split_fields(timing) -> dict:
+    """The UnitProfile fields of a split backward, from a `time_unit` result that
+    timed the engine's I and W programs (`input_grad`, `weight_grad`,
+    `weight_grad_bytes`); {} for one that did not."""
+    i, w = getattr(timing, "input_grad", None), getattr(timing, "weight_grad", None)
+    if i is None or w is None:
+        return {}
+    return {"input_grad_time": float(i), "weight_grad_time": float(w),
+            "weight_grad_bytes": float(getattr(timing, "weight_grad_bytes", 0) or 0)}
 
 
 def _round_robin_min(programs: dict, rounds: int) -> dict:

@@ -62,6 +62,7 @@ class Config:
     swap_blocks: tuple[int, ...]             # lambda_s per stage
     beta: float = 0.0
     order: tuple[tuple[Action, ...], ...] | None = None  # F/B rows before swaps; None: the generator's
+    virtual_stages: int = 1                  # model chunks per device (interleaved; planner.families)
 
 
 
@@ -268,7 +269,7 @@ def warmups_of_rows(rows) -> tuple[int, ...]:
     for row in rows:
         n = 0
         for a in row:
-            if a.kind == Kind.B:
+            if a.kind in (Kind.B, Kind.I):
                 break
             n += a.kind == Kind.F
         out.append(n)

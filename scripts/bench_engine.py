@@ -7,8 +7,8 @@
 
 CPU: measured iteration / simulated-from-measured-costs for 1F1B and Obscura, and the
 host dispatch overhead per action. GPU: llama2-7b shapes with 16 layers (~1B params
-per stage at p=4), seq 4096, bf16; 1F1B, Obscura with swapping, Obscura with SO/SI
-as no-ops; swap GB/s each way, fraction hidden, per-stage peak vs the simulator,
+per stage at p=4), seq 4096, bf16; 1F1B, ZB-H1 (split backward), Obscura with
+swapping, Obscura with SO/SI as no-ops; swap GB/s each way, fraction hidden, per-stage peak vs the simulator,
 measured / one-GPU serial simulation and host dispatch per action for each run;
 --smi logs nvidia-smi clocks/power/throttle reasons beside the runs.
 """

@@ -17,7 +17,9 @@ def add_parser(sub):
         "plan", help="plan adjusted stages, per-op recompute, swapping and partition for a memory limit",
         description="Find the adjusted stages (CMB-Identifying), choose per-op recompute with OR-Tools "
                     "CP-SAT over a swap grid (best by simulated time), rebalance the partition "
-                    "(Algorithm 1), and compare with DAPPLE, DAPPLE+, Recomp-N, OHP-CMB and the strawman.")
+                    "(Algorithm 1), choose the schedule family (1F1B, interleaved V=2/4, ZB-H1; plain or "
+                    "with Obscura on it), and compare with DAPPLE, DAPPLE+, Recomp-N, OHP-CMB, the strawman, "
+                    "interleaved and ZB-H1 with full recompute.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--profile", metavar="PROFILE.json",
                      help="an obscura-profile/1 file (required unless --analytic; no default)")
@@ -41,6 +43,8 @@ def add_parser(sub):
     p.add_argument("--no-partition", action="store_true", help="keep the even partition (no Algorithm 1)")
     p.add_argument("--no-ip", action="store_true",
                    help="recompute whole units on adjusted stages instead of choosing ops (ablation)")
+    p.add_argument("--no-families", action="store_true",
+                   help="Obscura on 1F1B only: no interleaved or ZB-H1 family, nor their baselines")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write the plan (obscura-plan/1) here (default: not written)")
     add_model_module(p)
@@ -60,7 +64,7 @@ def run(args):
         prof = derive_profile(prof, args.layers)
     res = plan_search(prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
                       swap=not args.no_swap, partition=not args.no_partition, ip=not args.no_ip,
-                      reserve=args.reserve, profile_path=args.profile)
+                      reserve=args.reserve, profile_path=args.profile, families=not args.no_families)
     plan = res.plan
     if args.json:
         save_plan(plan, args.json)
@@ -105,7 +109,12 @@ def render(prof, res) -> str:
         lines.append(f"partition adjustment: moves {list(res.adjustment.moves)}, undone {res.adjustment.undone}; "
                      f"{'kept' if best.config.partition != res.even.config.partition else 'not kept'} "
                      f"(even partition simulates {res.even.makespan:.4g} s)")
-    if res.source != "search":
+    lines.append(f"family {plan.family}" + (f", {plan.virtual_stages} chunks per device ({plan.num_stages} "
+                                              f"model stages)" if plan.virtual_stages > 1 else ""))
+    if res.source in res.families:
+        lines.append(f"note: {res.source} on the {plan.family} family simulates faster than the 1F1B search's "
+                     f"configuration ({res.searched.makespan:.4g} s), so the plan runs it")
+    elif res.source != "search":
         lines.append(f"note: the {_NAMES.get(res.source, res.source)} baseline simulates faster than the searched "
                      f"configuration ({res.searched.makespan:.4g} s), so the plan is that baseline")
     lines.append(f"{'stage':>5} {'units':>11} {'adj':>3} {'lambda':>6} {'warm-up':>7} {'peak':>11}  recompute")
@@ -115,7 +124,7 @@ def render(prof, res) -> str:
         lines.append(f"{s:>5} {models.format_units(st.units):>11} {'yes' if st.adjusted else 'no':>3} {st.swap_blocks:>6} "
                      f"{warm[s]:>7} {format_bytes(st.predicted_peak_bytes, 2):>11}  {rec}")
     t = plan.predicted_iteration_time
-    parts = [f"obscura {t:.4g} s"]
+    parts = [f"plan {t:.4g} s"]
     for name, v in plan.baselines:
         label = _NAMES.get(name, name)
         if v is None:

@@ -1,9 +1,10 @@
 """One process of a multi-process test run (started by obscura_jax.launch.launch_local
 with command `python -m tests.obscura_jax.multiprocess_driver`): trains every case of
-numerics_cases.CASES in turn on its share of the stages, and process 0 writes each
-case's losses and gathered final params to OUT/case<i>.pkl (plus the clock offsets).
+numerics_cases.CASES (or, with `zoo`, MP_ZOO_CASES: chunks per device and the split
+backward) in turn on its share of the stages, and process 0 writes each case's losses
+and gathered final params to OUT/case<i>.pkl (plus the clock offsets).
 
-    python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS
+    python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS [zoo]
 """
 import os
 import pickle
@@ -13,12 +14,12 @@ from obscura_jax.distributed import gather_params, run_distributed
 from obscura_jax.launch import process_spec
 from obscura_jax.placement import place_across_processes
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import CASES, run_config
+from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 
-def body(group, out: str) -> int:
+def body(group, out: str, cases) -> int:
     offsets = group.gather("clock-offsets", group.clock_offset)
-    for i, (schedule, kw) in enumerate(CASES):
+    for i, (schedule, kw) in enumerate(cases):
         outcome = train(run_config("llama2-tiny", schedule, **kw), lambda p: place_across_processes(p, "cpu"),
                         log=lambda *_: None, group=group)
         params = gather_params(outcome, group)
@@ -33,8 +34,9 @@ def body(group, out: str) -> int:
 
 def main(argv: list[str]) -> int:
     out, per_process = argv[0], int(argv[1])
+    cases = MP_ZOO_CASES if argv[2:] == ["zoo"] else CASES
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
-    return run_distributed(spec, lambda group: body(group, out))
+    return run_distributed(spec, lambda group: body(group, out, cases))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,20 @@ CASES = [
     ("strawman", {"adjusted": 1}),
     ("obscura", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
 ]
+# Several chunks per device and the split backward (I/W): 8 model stages on the 4
+# devices for interleaved (V = 2) and zb-v, I and W as their own programs for zb-*.
+ZOO_CASES = [
+    ("interleaved", {}),
+    ("zb-h1", {}),
+    ("zb-v", {}),
+    ("obscura-interleaved", {"adjusted": 1}),
+    ("obscura-zb-h1", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
+]
+ZOO_IDS = [f"{n}-{k}" for n, k in ZOO_CASES]
+# Across 4 processes (each case costs a launch's share of compiling): chunks looping
+# over the devices, the V, and the split backward with recompute and swapping.
+MP_ZOO_CASES = [ZOO_CASES[0], ZOO_CASES[2], ZOO_CASES[4]]
+MP_ZOO_IDS = [f"{n}-{k}" for n, k in MP_ZOO_CASES]
 
 
 def run_config(model, schedule, **kw):
@@ -60,6 +74,7 @@ def check_pipeline_equals_plain_model(reference, schedule, kw):
     run = run_config(model, schedule, **kw)
     out = train(run, lambda p: place_stages(p, "cpu", P), log=lambda *_: None)
     pipe = out.pipeline
+    assert len({d.id for d in pipe.placement.devices}) == P
     if kw.get("adjusted"):
         assert pipe.schedule.adjusted_stages and all(
             pipe.policies[s].name == "full" for s in pipe.schedule.adjusted_stages)

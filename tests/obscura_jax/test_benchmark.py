@@ -50,3 +50,19 @@ def test_breakdown_of_the_h200_power_cap_run():
     b = pipeline_breakdown(res)
     assert abs(b["idle_seconds"]) < 1e-9 and b["compute_seconds"] == b["makespan"]
     assert 1.08 < b["F_pipeline_over_standalone"] < 1.09 and 1.10 < b["B_pipeline_over_standalone"] < 1.11
+
+
+def test_gpu_mode_runs_zb_h1_beside_1f1b_and_breaks_down_its_split_backward():
+    from obscura_jax.benchmark import gpu_configs, pipeline_breakdown
+    runs = gpu_configs(16, 4096, 8, 6, ["device_put"])
+    assert runs["zb_h1"][runs["zb_h1"].index("--schedule") + 1] == "zb-h1"
+    assert runs["1f1b"][runs["1f1b"].index("--schedule") + 1] == "1f1b"
+    # one stage: F 0..1, I 1..3, W 3..4 against standalone F 1, I 1.5, W 1 -> backward 3 / 2.5
+    res = {"costs": {"fwd": [1.0], "bwd": [2.0], "recompute": [0.0], "input_grad": [1.5], "weight_grad": [1.0]},
+           "stages": [{"adjusted": False}],
+           "timeline": {"makespan": 5.0, "stages": [{"ops": [{"action": "F0", "start": 0.0, "end": 1.0},
+                                                             {"action": "I0", "start": 1.0, "end": 3.0},
+                                                             {"action": "W0", "start": 3.0, "end": 4.0}]}]}}
+    b = pipeline_breakdown(res)
+    assert b["F_pipeline_over_standalone"] == 1.0 and b["B_pipeline_over_standalone"] == 3.0 / 2.5
+    assert b["compute_seconds"] == 4.0 and b["idle_seconds"] == 1.0

@@ -2,7 +2,9 @@
 llama2-tiny, p=4, m=8, 3 steps of AdamW, every schedule of numerics_cases (gpipe,
 1f1b, recomp K=1 and K=all, strawman K=1, obscura K=1 with swapping) trained by 4
 local processes x 1 CPU device, and by 2 processes x 2 devices (two stages per
-process), each in ONE launch running all cases in turn. Per-step losses equal the
+process), each in ONE launch running all cases in turn; and interleaved (V = 2),
+zb-v and obscura-zb-h1 (split backward, recompute, swapping) by 4 processes x 1
+device (numerics_cases.MP_ZOO_CASES: 8 stages, two per process for the first two). Per-step losses equal the
 engine on one stage (`--stages 1`) and the unpipelined model at rtol 1e-5; final
 params within the engine's documented tolerance (checks.tolerances)."""
 import io
@@ -19,7 +21,8 @@ from obscura_jax.launch import launch_local
 from obscura_jax.placement import place_stages
 from obscura_jax.run_config import RunConfig
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import B, CASES, IDS, M, STEPS, T, make_reference, run_config
+from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_ZOO_CASES, MP_ZOO_IDS, STEPS, T, make_reference,
+                                              run_config)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]   # the launcher forks to exec
@@ -35,13 +38,14 @@ def reference():
     return cfg, losses, params, [s.loss for s in one_stage.steps]
 
 
-def run_launch(tmp_path, processes: int, per_process: int) -> dict:
+def run_launch(tmp_path, processes: int, per_process: int, zoo: bool = False) -> dict:
     log = io.StringIO()
-    rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)], processes,
+    ids = MP_ZOO_IDS if zoo else IDS
+    rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)] + (["zoo"] if zoo else []), processes,
                                        devices_per_process=per_process, out=log,
                                        command=[sys.executable, "-m", "tests.obscura_jax.multiprocess_driver"]))
     assert rc == 0, log.getvalue()[-3000:]
-    return {case: pickle.loads((tmp_path / f"case{i}.pkl").read_bytes()) for i, case in enumerate(IDS)}
+    return {case: pickle.loads((tmp_path / f"case{i}.pkl").read_bytes()) for i, case in enumerate(ids)}
 
 
 def _bounded(fn):
@@ -56,20 +60,21 @@ def _bounded(fn):
     return box["rc"]
 
 
-def check_results(results: dict, reference, stage_process: list[int]) -> None:
+def check_results(results: dict, reference, stage_process: list[int], cases=tuple(zip(IDS, CASES))) -> None:
     cfg, ref_losses, ref_params, one_stage = reference
     np.testing.assert_allclose(one_stage, ref_losses, rtol=1e-5)
     for case, res in results.items():
-        assert res["stage_process"] == stage_process, case
+        want = stage_process[case] if isinstance(stage_process, dict) else stage_process
+        assert res["stage_process"] == want, case
         np.testing.assert_allclose(res["losses"], one_stage, rtol=1e-5, err_msg=case)
         np.testing.assert_allclose(res["losses"], ref_losses, rtol=1e-5, err_msg=case)
-        kw = dict(zip(IDS, CASES))[case][1]
+        kw = dict(cases)[case][1]
         rtol, atol = tolerances(run_config("llama2-tiny", "1f1b", **kw), cfg)
         assert sorted(res["params"]) == sorted(ref_params), case
         for name in ref_params:
             for a, b in zip(jax.tree.leaves(res["params"][name]), jax.tree.leaves(ref_params[name]), strict=True):
                 np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=f"{case} {name}")
-    assert results[IDS[-1]]["swap_bytes"] > 0          # obscura swapped
+    assert results[list(results)[-1]]["swap_bytes"] > 0          # obscura (on zb-h1) swapped
     offsets = next(iter(results.values()))["offsets"]
     assert offsets[0] == 0.0 and all(abs(o) < 0.05 for o in offsets)   # one host: the true offset is 0
 
@@ -81,3 +86,9 @@ def test_four_processes_one_device_each_train_like_the_plain_model(tmp_path, ref
 def test_two_processes_two_stages_each_train_like_the_plain_model(tmp_path, reference):
     check_results(run_launch(tmp_path, 2, 2), reference, [0, 0, 1, 1])
 
+
+
+def test_four_processes_run_chunked_and_split_backward_schedules_like_the_plain_model(tmp_path, reference):
+    loop, v = [0, 1, 2, 3, 0, 1, 2, 3], [0, 1, 2, 3, 3, 2, 1, 0]
+    where = dict(zip(MP_ZOO_IDS, (loop, v, [0, 1, 2, 3])))
+    check_results(run_launch(tmp_path, 4, 1, zoo=True), reference, where, cases=tuple(zip(MP_ZOO_IDS, MP_ZOO_CASES)))

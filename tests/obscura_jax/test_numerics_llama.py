@@ -1,7 +1,8 @@
 """llama2-tiny: the pipeline engine equals the plain model (see numerics_cases.py)."""
 import pytest
 
-from tests.obscura_jax.numerics_cases import CASES, IDS, check_pipeline_equals_plain_model, make_reference
+from tests.obscura_jax.numerics_cases import (CASES, IDS, ZOO_CASES, ZOO_IDS, check_pipeline_equals_plain_model,
+                                              make_reference)
 
 pytestmark = pytest.mark.slow
 
@@ -13,6 +14,11 @@ def reference():
 
 @pytest.mark.parametrize("schedule, kw", CASES, ids=IDS)
 def test_pipeline_equals_plain_model(reference, schedule, kw):
+    check_pipeline_equals_plain_model(reference, schedule, kw)
+
+
+@pytest.mark.parametrize("schedule, kw", ZOO_CASES, ids=ZOO_IDS)
+def test_chunked_and_split_backward_schedules_equal_plain_model(reference, schedule, kw):
     check_pipeline_equals_plain_model(reference, schedule, kw)
 
 

@@ -57,3 +57,31 @@ def test_a_finished_checkpoint_has_nothing_left_to_do(outcome, tmp_path):
     run = RunConfig(steps=3, schedule="1f1b", checkpoint_dir=str(tmp_path), resume=True, **RUN)
     with pytest.raises(RunError, match="nothing to do for --steps 3"):
         train(run, lambda p: place_stages(p, "cpu", 2), log=lambda s: None)
+
+
+def test_measured_zb_h1_timeline_shows_w_as_its_own_spans(tmp_path):
+    """zb-h1 on 4 emulated devices: every I and W of the recorded step is its own span
+    on its device's compute lane (after its I, not overlapping the device's other
+    compute), and the Gantt chart and Perfetto trace draw them."""
+    import json
+
+    from obscura_jax.api import TrainResult
+    from schedules.ir import Kind
+    from schedules.trace import write_trace
+    run = RunConfig(steps=2, schedule="zb-h1", **{**RUN, "stages": 4, "microbatches": 4})
+    out = train(run, lambda p: place_stages(p, "cpu", 4), log=lambda s: None)
+    ops = {(o.stage, o.kind, o.microbatch): o for o in out.timeline.ops}
+    ws = [o for o in out.timeline.ops if o.kind is Kind.W]
+    assert len(ws) == 16 and not any(o.kind is Kind.B for o in out.timeline.ops)
+    for w in ws:   # a W can look instant where the waiter saw it ready together with its I
+        assert w.end >= w.start >= ops[(w.stage, Kind.I, w.microbatch)].end
+    assert sum(w.end - w.start for w in ws) > 0
+    for d in range(4):
+        mine = sorted(out.timeline.device_ops(d), key=lambda o: o.start)
+        assert all(x.end <= y.start + 1e-12 for x, y in zip(mine, mine[1:]))
+    assert out.measured.costs.weight_grad and all(w > 0 for w in out.measured.costs.weight_grad)
+    write_trace(out.timeline, tmp_path / "trace.json")
+    names = [e["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    assert sum(n.startswith("W") for n in names) == 16
+    res = summarize(out)
+    assert TrainResult(res, out).gantt(tmp_path / "zb.png") and (tmp_path / "zb.png").stat().st_size > 0

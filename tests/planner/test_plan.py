@@ -31,7 +31,7 @@ def one_f_one_b_limit(m: int) -> float:
 
 
 def check(plan, m, limit):
-    assert plan.num_stages == P and plan.num_microbatches == m and plan.memory_limit == int(limit)
+    assert plan.num_devices == P and plan.num_microbatches == m and plan.memory_limit == int(limit)
     assert all(st.predicted_peak_bytes <= limit for st in plan.stages)
     # the plan's schedule is valid and simulates to the predicted time
     sched = plan_to_schedule(plan)
@@ -39,7 +39,7 @@ def check(plan, m, limit):
     costs = stage_costs(PROF, plan.partition, [frozenset(st.recompute) for st in plan.stages])
     assert simulate(sched, costs).makespan == pytest.approx(plan.predicted_iteration_time)
     # adjusted stages are a prefix and every baseline that runs is no faster
-    adj = plan.adjusted_stages
+    adj = tuple(sorted({s % P for s in plan.adjusted_stages}))   # adjusted devices
     assert adj == tuple(range(len(adj)))
     for name, t in plan.baselines:
         assert t is None or plan.predicted_iteration_time <= t * (1 + 1e-9), name
@@ -62,7 +62,7 @@ def test_every_predicted_peak_fits(m, frac):
 @pytest.mark.parametrize("m", [4, 16])
 def test_a_limit_that_fits_1f1b_adjusts_nothing(m):
     limit = int(one_f_one_b_limit(m) * 1.05) + 4 * MB
-    plan = make_plan(PROF, P, m, limit)
+    plan = make_plan(PROF, P, m, limit, families=False)
     check(plan, m, limit)
     assert plan.schedule == "1f1b" and not plan.adjusted_stages
     assert all(st.recompute == () and st.swap_blocks == 0 for st in plan.stages)
@@ -105,8 +105,10 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
     d = json.loads(path.read_text())
     assert set(d) == {"format", "num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
                       "predicted_iteration_time", "baselines", "model", "num_layers", "seq_len",
-                      "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256"}
-    assert set(d["baselines"]) == {"dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman"}
+                      "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256",
+                      "family", "virtual_stages"} | ({"stage_to_device", "device_rows"} if plan.device_rows else set())
+    assert set(d["baselines"]) == {"dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman", "interleaved_full",
+                                   "zb_h1_full"}
     for mutate, needle in [(lambda d: d.update(format="x"), "not an obscura-plan/1"),
                            (lambda d: d["stages"][1].update(units=[6, 9]), "starts at unit"),
                            (lambda d: d["stages"].pop(), "stages for num_stages"),

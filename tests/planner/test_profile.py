@@ -51,6 +51,28 @@ def test_full_recompute_time_round_trips_and_is_validated(tmp_path):
         profile_from_json(doc)
 
 
+def test_split_backward_times_are_optional_round_trip_and_price_the_stages(tmp_path):
+    from dataclasses import replace
+
+    from planner.costs import stage_costs
+    old = synthetic_profile()
+    assert all(u.input_grad_time is None and u.weight_grad_time is None for _, u in old.units)
+    assert "input_grad_time" not in old.to_json()["units"]["attn"]          # old profiles stay as they were
+    assert stage_costs(old, ((0, 9), (9, 18)), [(), ()]).input_grad == ()    # priced bwd / 2 by default
+    units = tuple((k, replace(u, input_grad_time=0.25 * u.bwd_time, weight_grad_time=u.bwd_time,
+                              weight_grad_bytes=7.0)) for k, u in old.units)
+    prof = replace(old, units=units)
+    save_profile(prof, tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json")
+    assert again == prof and again.unit("mlp").weight_grad_bytes == 7.0
+    c = stage_costs(again, ((0, 9), (9, 18)), [(), ()])
+    assert c.input_grad == pytest.approx(tuple(0.25 * b for b in c.bwd)) and c.weight_grad == pytest.approx(c.bwd)
+    doc = prof.to_json()
+    doc["units"]["mlp"]["weight_grad_time"] = -1
+    with pytest.raises(ProfileError, match="weight_grad_time"):
+        profile_from_json(doc)
+
+
 def test_derive_profile_keeps_per_layer_costs():
     prof = synthetic_profile(num_layers=8)
     big = derive_profile(prof, 88, model="llama-synthetic-88")

@@ -72,6 +72,11 @@ def test_profile_bytes_are_the_engines(measured):
         assert unit.input_bytes == info.unit_residual_bytes(cfg, kind, "full", 64, 2)
         assert unit.fwd_time > 0 and unit.bwd_time > 0 and unit.weight_bytes > 0
         assert all(o.fwd_time >= 0 and o.act_bytes >= 0 for _, o in unit.ops)
+        # the split backward's I and W, each timed as the engine's own program; W keeps
+        # the residuals and (but on the loss unit) the output gradient
+        assert unit.input_grad_time > 0 and unit.weight_grad_time > 0
+        dy = 0 if kind == "head" else 2 * 64 * cfg.hidden * cfg.compute_bytes
+        assert unit.weight_grad_bytes == unit.kept_bytes(()) + dy
     # params + grads + optax adamw's state (mu, nu and a step count)
     import jax
     import optax

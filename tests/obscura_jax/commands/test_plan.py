@@ -28,7 +28,7 @@ def test_plan_prints_the_table_and_writes_the_plan(capsys, tmp_path, profile_pat
     rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
                        "--memory-limit", "120MiB", "--json", out_path)
     assert rc == 0, err
-    assert "adjusted stages 0.." in out and "simulated: obscura" in out
+    assert "adjusted stages 0.." in out and "simulated: plan" in out
     for name in ("DAPPLE", "DAPPLE+", "Recomp-N", "OHP-CMB", "Strawman"):
         assert name in out
     plan = load_plan(out_path)
