@@ -138,7 +138,11 @@ def op_act_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict[str, 
 
 
 def layer_residual_bytes(cfg: ModelConfig, policy, seq_len: int, micro_batch: int) -> int:
-    """Measured device residual bytes of one attention + MLP layer under `policy`."""
+    """Measured device residual bytes of one attention + MLP layer under `policy`
+    (under `layer`: the layer's input, what its one checkpoint keeps)."""
+    pol = policy if isinstance(policy, RecomputePolicy) else resolve_policy(policy, cfg.family)
+    if pol.layer:
+        return unit_input_bytes(cfg, "attn", seq_len, micro_batch)
     return sum(unit_residual_bytes(cfg, k, policy, seq_len, micro_batch) for k in ("attn", "mlp"))
 
 

@@ -8,7 +8,12 @@ Semantics (kept identical everywhere: engine, profiler, planner):
 - recompute set R: save only (all - R).
 - offload set O: save (all - R - O) on device, offload O to pinned host memory
   (save_and_offload_only_these_names, device -> pinned_host).
-- `full` (R = all ops, nothing offloaded): nothing_saveable.
+- `full` (R = all ops, nothing offloaded): nothing_saveable, per unit.
+- `layer` (R = all ops, `layer=True`): ONE checkpoint over the attention and MLP
+  units of a transformer layer (models.stage), saving nothing but the layer's
+  input: the paper's DAPPLE+ (DeepSpeed) and MaxText's `remat_policy: full`. A
+  unit without its layer partner in the stage (embed, head, a split layer) runs
+  as under `full`.
 A policy never changes the math: same loss, same gradients.
 """
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 import jax
 
 from models.config import ModelConfigError
-from models.registry import all_ops, ops_for, preset_names, preset_ops
+from models.registry import LAYER, all_ops, ops_for, preset_names, preset_ops
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class RecomputePolicy:
     offload: frozenset[str] = frozenset()
     name: str = "none"
     family: str | None = None       # None: the union vocabulary of all registered families
+    layer: bool = False             # one checkpoint per transformer layer (attn + mlp), saving its input
 
     def __post_init__(self):
         for field in ("recompute", "offload"):
@@ -46,6 +52,8 @@ class RecomputePolicy:
             raise ModelConfigError(f"op(s) {', '.join(both)} cannot be both recomputed and offloaded")
         if not isinstance(self.name, str) or not self.name:
             raise ModelConfigError("policy needs a non-empty name")
+        if self.layer and (self.offload or self.recompute != frozenset(vocab)):
+            raise ModelConfigError("a layer-granular policy recomputes every op and offloads none")
 
     @property
     def vocabulary(self) -> tuple[str, ...]:
@@ -75,8 +83,8 @@ class RecomputePolicy:
         return cp.save_only_these_names(*saved)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "recompute": sorted(self.recompute),
-                "offload": sorted(self.offload)}
+        out = {"name": self.name, "recompute": sorted(self.recompute), "offload": sorted(self.offload)}
+        return {**out, "layer": True} if self.layer else out
 
 
 def _split_spec(spec) -> list[str]:
@@ -114,6 +122,11 @@ def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
     recomputed and offloaded is an error."""
     ops = ops_for(family)  # validates the family
     extra_offload = _expand(_split_spec(offload), family, "offload op")
+    if not isinstance(spec, RecomputePolicy) and spec is not None and LAYER in _split_spec(spec):
+        if _split_spec(spec) != [LAYER] or extra_offload:
+            raise ModelConfigError(f"policy {LAYER!r} (one checkpoint per layer) stands alone: it cannot be "
+                                   "combined with other ops, presets or offloading")
+        return RecomputePolicy(recompute=frozenset(ops), name=LAYER, family=family, layer=True)
     if isinstance(spec, RecomputePolicy):
         if spec.family not in (None, family):
             raise ModelConfigError(f"policy {spec.name!r} is for {spec.family}, not {family}")
@@ -123,6 +136,8 @@ def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
                                    f"that {family} does not have")
         if not extra_offload - spec.offload:
             return dataclasses.replace(spec, family=family)
+        if spec.layer:
+            raise ModelConfigError(f"policy {LAYER!r} cannot be combined with offloading")
         recompute, offload_set, base = spec.recompute, spec.offload | extra_offload, spec.name
         base = base.split("+offload:")[0]
     else:

@@ -37,6 +37,7 @@ from models.errors import ModelConfigError
 
 UNIT_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "head")
 ALWAYS_PRESETS: tuple[str, ...] = ("none", "full")
+LAYER = "layer"   # policy name: one checkpoint per transformer layer (models.policy); reserved
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,10 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
     kind_ops, seen = [], set()
     for kind in UNIT_KINDS:
         names = (ops[kind],) if isinstance(ops[kind], str) else tuple(ops[kind])
-        bad = [o for o in names if not isinstance(o, str) or not o or o == "full"]
+        bad = [o for o in names if not isinstance(o, str) or not o or o in ("full", LAYER)]
         if bad:
             raise ModelConfigError(f"family {name!r}: op names must be non-empty strings other than "
-                                   f"'full', got {bad[0]!r} in {kind}")
+                                   f"'full' and 'layer', got {bad[0]!r} in {kind}")
         twice = sorted(seen & set(names)) or sorted({o for o in names if names.count(o) > 1})
         if twice:
             raise ModelConfigError(f"family {name!r}: op {twice[0]!r} is listed twice (unit kinds "
@@ -115,9 +116,9 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
     vocab = tuple(o for _, names in kind_ops for o in names)
     preset_list = [("none", frozenset()), ("full", frozenset(vocab))]
     for pname, pops in (presets or {}).items():
-        if pname in ALWAYS_PRESETS or pname in vocab:
+        if pname in ALWAYS_PRESETS or pname in vocab or pname == LAYER:
             raise ModelConfigError(f"family {name!r}: preset name {pname!r} is taken (by "
-                                   f"{'a built-in preset' if pname in ALWAYS_PRESETS else 'an op'})")
+                                   f"{'a built-in preset' if pname in ALWAYS_PRESETS + (LAYER,) else 'an op'})")
         pset = frozenset((pops,) if isinstance(pops, str) else pops)
         unknown = sorted(pset - set(vocab))
         if unknown:

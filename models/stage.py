@@ -7,6 +7,12 @@
 Each unit runs under `jax.checkpoint(policy.to_jax())`, so the residuals of
 `jax.vjp(stage.apply, ...)` are exactly what the policy keeps; parameters enter
 the checkpointed function as arguments and are never copied into residuals.
+Under a layer-granular policy (`layer`) each attn_i + mlp_i pair of the stage runs
+as ONE checkpointed function saving nothing (`layer_apply_fn`):
+
+    attn_0 mlp_0 attn_1 mlp_1 ...      unit policies: one checkpoint per box
+    [    ] [   ] [    ] [   ]
+    [   layer_0  ] [  layer_1  ]       `layer`: one per layer, keeps its input only
 """
 from __future__ import annotations
 
@@ -41,6 +47,16 @@ def unit_apply_fn(cfg: ModelConfig, kind: str, policy=None):
     return jax.checkpoint(run, policy=pol.to_jax())
 
 
+def layer_apply_fn(cfg: ModelConfig):
+    """One transformer layer (attention then MLP) under ONE `jax.checkpoint` that
+    saves nothing: (attn_params, mlp_params, x) -> y; its backward keeps only x."""
+    attn, mlp = unit_graphdef(cfg, "attn"), unit_graphdef(cfg, "mlp")
+
+    def run(attn_params, mlp_params, x):
+        return nnx.merge(mlp, mlp_params)(nnx.merge(attn, attn_params)(x))
+    return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)
+
+
 @dataclass(frozen=True)
 class Stage:
     cfg: ModelConfig
@@ -57,6 +73,8 @@ class Stage:
                 "for pipelines)")
         fns = {k: unit_apply_fn(self.cfg, k, self.policy)
                for k in {unit_kind(n) for n in self.unit_names}}
+        if self.policy.layer:
+            fns["layer"] = layer_apply_fn(self.cfg)
         object.__setattr__(self, "_fns", fns)
 
     @property
@@ -93,9 +111,15 @@ class Stage:
         if self.is_last and targets is None:
             raise ModelConfigError("the stage holding 'head' needs targets [B,T] to compute the loss")
         _check_input(self, x)
-        for name in self.unit_names:
-            kind = unit_kind(name)
-            if kind == "head":
+        names = self.unit_names
+        i = 0
+        while i < len(names):
+            name, kind = names[i], unit_kind(names[i])
+            i += 1
+            if self.policy.layer and kind == "attn" and i < len(names) and unit_kind(names[i]) == "mlp":
+                x = self._fns["layer"](params[name], params[names[i]], x)
+                i += 1
+            elif kind == "head":
                 table = params["embed"]["tokens"]["embedding"] if self.cfg.tie_embeddings else None
                 x = self._fns["head"](params["head"], x, targets, table)
             else:

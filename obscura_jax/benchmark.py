@@ -10,7 +10,8 @@ GPU mode: each configuration runs as its own `python -m obscura_jax train` proce
 Llama-2 config of about 1B parameters per stage (llama2-7b shapes, 16 layers -> 4
 per stage at p=4), seq 4096, bf16 activations. Runs: 1F1B; ZB-H1 (split backward:
 I and W as their own programs); Obscura with swapping; the same Obscura schedule
-with SO/SI as no-ops. Fraction of swap time hidden:
+with SO/SI as no-ops; Recomp-All (DAPPLE+) with unit- and with layer-granular full
+recompute. Fraction of swap time hidden:
     1 - max(0, T_swap - T_noswap) / (bytes_out / bw_out + bytes_in / bw_in)
 with bw the standalone transfer bandwidth measured in the same run. Each run prints
 measured / one-GPU serial simulation (every stage's work in turn on the one GPU, from
@@ -168,6 +169,8 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
+    runs["recomp_all"] = base + ["--schedule", "recomp", "--adjusted", "all"]   # DAPPLE+ (unit)
+    runs["recomp_all_layer"] = base + ["--schedule", "recomp", "--adjusted", "all", "--adjusted-policy", "layer"]
     return runs
 
 

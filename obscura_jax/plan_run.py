@@ -89,6 +89,18 @@ def plan_labels(run) -> dict:
             "plan_comparable": None if plan.source is None else not differ, "plan_note": note}
 
 
+def plan_issue_order(run, schedule):
+    """The issue order a plan's peaks were judged in, as the schedule's Actions, or
+    None (no plan, or a plan that does not record one)."""
+    if not run.plan:
+        return None
+    order = _load(run.plan).issue_order
+    if not order:
+        return None
+    by_label = {a.long: a for row in schedule.rows for a in row}
+    return [by_label[a] for a in order if a in by_label] if set(order) == set(by_label) else None
+
+
 def adjusted_stages(run, schedule) -> tuple[int, ...]:
     """The run's adjusted stages (see the module docstring)."""
     if run.plan:

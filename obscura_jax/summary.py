@@ -7,7 +7,8 @@ import statistics
 
 import numpy as np
 
-from schedules.ir import COMPUTE_KINDS, Kind
+from schedules.ir import Kind
+from schedules.simulator import iteration_time, on_one_device
 from schedules.timeline import Timeline
 
 
@@ -109,11 +110,14 @@ def summarize(out) -> dict:
         "timeline": out.timeline.to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
     }
-    if shared and sim is not None:
-        # One device runs every stage's work in turn (F, B or I + W, recompute): no
-        # pipeline overlap is possible.
-        result["simulated_serial_time"] = sum(
-            o.end - o.start for o in sim.ops if o.kind in COMPUTE_KINDS) + (update_time or 0.0)
+    if shared and measured is not None:
+        # One device runs every stage's work in turn: the simulator on one device,
+        # with the optimizer step measured in this run (spread over the stages by weight).
+        c = measured.costs
+        total = sum(c.weight_bytes)
+        if update_time and total:
+            c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
+        result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
 
 

@@ -35,6 +35,7 @@ from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
 from obscura_jax.messages import order_digest, transfer_plan
 from obscura_jax.placement import Placement, place_schedule
+from obscura_jax.plan_run import plan_issue_order
 from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.run_config import RunConfig
 from obscura_jax.swap import choose_leaves
@@ -133,7 +134,8 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")
         pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer,
-                              schedules.issue_order(schedule), swap_mechanism=run.swap_mechanism,
+                              plan_issue_order(run, schedule) or schedules.issue_order(schedule),
+                              swap_mechanism=run.swap_mechanism,
                               swap_enabled=run.swap_enabled, group=group)
         # before any transfer between processes
         check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
@@ -223,7 +225,10 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     part = {"stages": stages, "boundaries": measure_boundaries(pipe, timing)}
     outcome.measured = combine(group.gather("costs", part), pipe.schedule.num_stages)
     outcome.simulated = schedules.simulate(pipe.schedule, outcome.measured.costs)
-    pipe.executor.order = schedules.issue_order(pipe.schedule, outcome.measured.costs)
+    # A plan's own order when it records one (its memory was judged in it), else the
+    # order the measured costs give.
+    planned = plan_issue_order(run, pipe.schedule)
+    pipe.executor.order = planned or schedules.issue_order(pipe.schedule, outcome.measured.costs)
     check_order(pipe, group, "transfer order from the measured costs", {})
     group.progress("costs")
 

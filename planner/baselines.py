@@ -2,7 +2,11 @@
 even partition and the same memory accounting as the plan:
 
     dapple       1F1B, no recompute
-    dapple_plus  1F1B, full recompute on every stage (Recomp-All, "DAPPLE+")
+    dapple_plus  1F1B, full recompute of every UNIT (attention, MLP) on every stage
+                 (Recomp-All, "DAPPLE+ (unit)": each unit keeps its own input)
+    dapple_plus_layer  the same with one checkpoint per transformer LAYER (policy
+                 `layer`: the layer input only), DAPPLE+ as the paper runs it
+                 (DeepSpeed; MaxText `remat_policy: full`)
     recomp       Recomp-N: full recompute on stages 0..N, N from identification
                  without CMB (the stages whose 1F1B memory exceeds the limit)
     ohp_cmb      1F1B with the CMB set recomputed on every stage
@@ -25,13 +29,14 @@ import math
 from planner.costs import Partition, kept_bytes
 from planner.families import baseline_configs as family_configs, simulate_family
 from planner.identify import cmb_set, identify, stage_peak_1f1b
-from planner.profile import FULL
+from planner.profile import FULL, LAYER
 from planner.search import (Config, Evaluation, Setting, base_order, chain_swap_blocks, simulate_config,
                             swap_options, warmups_of_rows)
 from planner.time_model import swap_hides
 
-BASELINES = ("dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman")
+BASELINES = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman")
 _FULL = frozenset({FULL})
+_LAYER = frozenset({LAYER})
 
 
 def baseline_configs(setting: Setting, partition: Partition) -> dict[str, Config]:
@@ -44,6 +49,7 @@ def baseline_configs(setting: Setting, partition: Partition) -> dict[str, Config
     return {
         "dapple": dapple,
         "dapple_plus": Config("recomp", partition, tuple(range(p)), (_FULL,) * p, zeros),
+        "dapple_plus_layer": Config("recomp", partition, tuple(range(p)), (_LAYER,) * p, zeros),
         "recomp": dapple if n < 0 else Config("recomp", partition, tuple(range(n + 1)), on_demand, zeros),
         "ohp_cmb": Config("1f1b", partition, (), (cmb_set(setting.profile),) * p, zeros),
         "strawman": dapple if n < 0 else Config("strawman", partition, tuple(range(n + 1)), on_demand, zeros),

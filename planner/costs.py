@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from planner.errors import PlanError
-from planner.profile import Profile
+from planner.profile import FULL, LAYER, Profile
 from planner.residuals import UnitKept
 from schedules.costs import StageCosts
 
@@ -93,6 +93,8 @@ def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str
     the profile's additive figure, or the larger traced one when `unit_kept`
     (planner.residuals.exact_unit_kept) is given."""
     r = frozenset(recompute)
+    if LAYER in r:
+        return _layer_kept(profile, units, unit_kept)
     total = 0.0
     for k in profile.kinds[units[0]:units[1]]:
         b = profile.unit(k).kept_bytes(r)
@@ -100,8 +102,34 @@ def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str
     return total
 
 
+def _whole_layer_mlps(profile: Profile, units: tuple[int, int]) -> list[int]:
+    """Indices of the mlp units whose attention partner (the unit before) is in the
+    same range: each closes a whole layer that `layer` checkpoints as one."""
+    kinds = profile.kinds
+    return [i for i in range(units[0] + 1, units[1]) if kinds[i] == "mlp" and kinds[i - 1] == "attn"]
+
+
+def _layer_kept(profile: Profile, units: tuple[int, int], unit_kept: UnitKept | None) -> float:
+    """Under `layer`: every unit keeps its input as under `full`, except the mlp of
+    a whole layer (its input lives inside the layer's checkpoint)."""
+    inside = set(_whole_layer_mlps(profile, units))
+    total = 0.0
+    for i in range(units[0], units[1]):
+        if i in inside:
+            continue
+        k = profile.kinds[i]
+        b = profile.unit(k).kept_bytes({FULL})
+        total += max(b, unit_kept(k, frozenset({FULL}))) if unit_kept is not None else b
+    return total
+
+
 def recompute_time(profile: Profile, units: tuple[int, int], recompute: Iterable[str]) -> float:
     r = frozenset(recompute)
+    if LAYER in r:   # whole layers at the layer price, lone units (embed, head, split layers) as `full`
+        whole = _whole_layer_mlps(profile, units)
+        lone = [profile.kinds[i] for i in range(units[0], units[1])
+                if i not in whole and i + 1 not in whole]
+        return len(whole) * profile.layer_recompute + sum(profile.unit(k).full_recompute for k in lone)
     return sum(profile.unit(k).recompute_time(r) for k in profile.kinds[units[0]:units[1]])
 
 
@@ -112,6 +140,11 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
     r = frozenset(recompute)
     if not r:
         return 0.0
+    if LAYER in r:   # a whole layer rematerialised at once; lone units as under `full`
+        full = working_bytes(profile, units, {FULL})
+        if not _whole_layer_mlps(profile, units):
+            return full
+        return max(full, profile.unit("attn").recomputed_bytes({FULL}) + profile.unit("mlp").recomputed_bytes({FULL}))
     kinds = set(profile.kinds[units[0]:units[1]])
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 

@@ -130,8 +130,8 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
     limit = parse_memory_limit(memory_limit)
     result = plan_case(prof, global_batch, limit, num_stages, reserve)
     evs = evaluations(result) if result is not None else {}
-    plus = evs.get("dapple_plus")
-    t_plus = plus.makespan if plus is not None and plus.fits else None
+    t_plus, t_layer = (_fitting_time(evs.get(n)) for n in ("dapple_plus", "dapple_plus_layer"))
+    t_ceil = evs["dapple"].makespan if "dapple" in evs else None
     at_paper_limit = limit == parse_memory_limit(PAPER_LIMIT)
     paper = PAPER_SPEEDUP.get((source.family, size), (None, None)) if at_paper_limit else (None, None)
     rows = []
@@ -146,7 +146,9 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "fits": fits, "iteration_s": t, "samples_per_s": samples,
             "tokens_per_s": samples * prof.seq_len * prof.micro_batch if samples else None,
             "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
-            "ceiling_vs_dapple_plus": t_plus / evs["dapple"].makespan if t_plus and "dapple" in evs else None,
+            "ceiling_vs_dapple_plus": t_plus / t_ceil if t_plus and t_ceil else None,
+            "speedup_vs_dapple_plus_layer": t_layer / t if t and t_layer else None,
+            "ceiling_vs_dapple_plus_layer": t_layer / t_ceil if t_layer and t_ceil else None,
             "paper_speedup_low": paper[0] if name == "obscura" else None,
             "paper_speedup_high": paper[1] if name == "obscura" else None,
             "max_stage_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
@@ -156,6 +158,10 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "order": order_kind(ev) if ev is not None else "",
             "profile": source.label})
     return rows
+
+
+def _fitting_time(ev) -> float | None:
+    return ev.makespan if ev is not None and ev.fits else None
 
 
 def memory_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
@@ -218,7 +224,7 @@ def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, nu
     steps = {"relaxation": ("relaxation",), "no_cmb": ("swap_recompute", "partition"), "obscura": ("cmb",)}[run]
     if result is None:
         found = [(key, labels[key], None, "infeasible") for key in steps]
-        t_plus = None
+        t_plus = t_layer = None
     else:
         searched = result.searched or result.best
         picks = {"swap_recompute": result.even, "partition": searched, "relaxation": searched, "cmb": searched}
@@ -227,14 +233,16 @@ def ablation_rows(source: Source, size: str, global_batch: int, memory_limit, nu
             straw, dapple = result.baselines["strawman"], result.baselines["dapple"]
             found += [("strawman", "Strawman", straw if straw.fits else None, "baseline"),
                       ("ceiling", "DAPPLE, memory unlimited (ceiling)", dapple, "baseline")]
-        plus = result.baselines["dapple_plus"]
-        t_plus = plus.makespan if plus.fits else None
+        t_plus = _fitting_time(result.baselines["dapple_plus"])
+        t_layer = _fitting_time(result.baselines["dapple_plus_layer"])
     rows = []
     for key, text, ev, plan_source in found:
         t = ev.makespan if ev is not None else None
         rows.append({"model": prof.model, "global_batch": global_batch, "step": key, "label": text,
                      "iteration_s": t, "dapple_plus_s": t_plus,
                      "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
+                     "dapple_plus_layer_s": t_layer,
+                     "speedup_vs_dapple_plus_layer": t_layer / t if t and t_layer else None,
                      "schedule": ev.config.schedule if ev is not None else "",
                      "order": order_kind(ev) if ev is not None else "",
                      "adjusted": " ".join(map(str, ev.config.adjusted)) if ev is not None else "",

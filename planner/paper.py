@@ -9,8 +9,8 @@ PAPER_LIMIT = "80GiB"               # the A100-80GB the paper ran on
 H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (device-notes.md)
 SIZES = {"13b": 40, "18b": 56, "23b": 72, "28b": 88}   # layers (models/config.py)
 FAMILIES = {"llama2": "Llama-2", "gpt3": "GPT-3"}
-SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+", "recomp": "Recomp-N",
-           "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura",
+SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+ (unit)", "dapple_plus_layer": "DAPPLE+ (layer)",
+           "recomp": "Recomp-N", "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura",
            "interleaved_full": "Interleaved+full", "zb_h1_full": "ZB-H1+full"}
 
 # Fig. 12: speedup of Obscura over DAPPLE+ (spec section 9), over global batch 16/32/64.

@@ -1,270 +1,43 @@
 """Plans (obscura-plan/1) and `make_plan`: profile + limit -> plan.
 
-Planning (spec section 8), all on one profile:
-1. even partition (models.even_partition); a stage whose weights alone exceed
-   the limit makes the limit infeasible;
-2. identify adjusted stages 0..k (planner.identify, CMB-Identifying by default);
-   with none adjusted the plan is 1F1B (CMB where needed);
-3. swapping-aware recompute: the swap grid x CP-SAT op choice, best by simulated
-   time (planner.search); if nothing fits at k, stages k+1.. are adjusted too;
-4. partition adjustment (Algorithm 1, planner.partition), kept when it simulates
-   faster;
-5. the baselines, simulated the same way (planner.baselines); if one that fits
-   simulates faster than the searched configuration, the plan is that baseline
-   (PlanResult.source says which; with realistic profiles the search wins);
-6. the schedule family (planner.families): interleaved (V = 2, 4) and ZB-H1, plain
-   and with Obscura's settings from step 3-4 on them; the fastest that fits wins.
-   The plan records its `family` and `virtual_stages`; a plan with several stages
-   per device also records `stage_to_device` and the devices' rows.
+Planning (spec section 8), all on one profile: (1) even partition; a stage whose
+weights alone exceed the limit makes it infeasible; (2) identify adjusted stages
+0..k (planner.identify, CMB-Identifying by default; none adjusted: 1F1B); (3)
+swapping-aware recompute: swap grid x CP-SAT op choice, best by simulated time
+(planner.search), adjusting k+1.. if nothing fits; (4) partition adjustment
+(Algorithm 1, planner.partition) when it simulates faster; (5) the baselines
+(planner.baselines): one that fits and simulates faster becomes the plan
+(PlanResult.source); (6) the schedule family (planner.families): interleaved
+(V = 2, 4) and ZB-H1, plain and with steps 3-4's settings; the fastest that fits
+wins, recorded as `family`, `virtual_stages` (and, with chunks, `stage_to_device`
+and the devices' rows).
 If no configuration fits, InfeasibleError names the smallest limit that would.
 A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
 seq_len, micro_batch, dtypes, device, profile file and sha256).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Mapping
 
 import models
 from planner import families as family_choice
 from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
-from planner.costs import Partition, check_partition, weight_bytes
+from planner.costs import check_partition, weight_bytes
 from planner.errors import InfeasibleError, PlanError
 from planner.feasibility import limit_text, round_up_limit
-from planner.families import family_of
 from planner.identify import identify, parse_memory_limit
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
-from planner.plan_meta import PlanSource, source_from_json
+from planner.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
+                               plan_to_schedule, save_plan)
+from planner.plan_meta import PlanSource
 from planner.profile import Profile
 from planner.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
-from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
-from schedules.generators import CHUNKED
-from schedules.jsonio import load_document, write_json_atomic
+from schedules import issue_order
 from schedules.sizes import format_bytes, parse_bytes
-
-PLAN_FORMAT = "obscura-plan/1"
-
-
-@dataclass(frozen=True)
-class StagePlan:
-    units: tuple[int, int]            # half-open range into the 2L+2 units
-    adjusted: bool                    # transformed (forwards migrated, recomputes)
-    recompute: tuple[str, ...]        # op names, or ("full",)
-    swap_blocks: int = 0              # lambda_s
-    swap_fraction: float = 0.0        # beta
-    predicted_peak_bytes: int = 0
-    actions: tuple[str, ...] = ()     # the stage's exact order ("F0", "SO3", ...); () = regenerate
-
-    def __post_init__(self) -> None:
-        units = tuple(self.units)
-        if len(units) != 2 or not all(isinstance(u, int) and not isinstance(u, bool) for u in units) \
-                or not 0 <= units[0] < units[1]:
-            raise PlanError(f"stage units must be a non-empty [start, end) pair of integers, got {self.units!r}")
-        object.__setattr__(self, "units", units)
-        if not isinstance(self.adjusted, bool):
-            raise PlanError(f"stage 'adjusted' must be true or false, got {self.adjusted!r}")
-        rec = (self.recompute,) if isinstance(self.recompute, str) else tuple(self.recompute)
-        if not all(isinstance(r, str) and r for r in rec):
-            raise PlanError(f"stage 'recompute' must be a list of op names, got {self.recompute!r}")
-        object.__setattr__(self, "recompute", rec)
-        if isinstance(self.swap_blocks, bool) or not isinstance(self.swap_blocks, int) or self.swap_blocks < 0:
-            raise PlanError(f"stage 'swap_blocks' must be an integer >= 0, got {self.swap_blocks!r}")
-        if isinstance(self.swap_fraction, bool) or not isinstance(self.swap_fraction, (int, float)) \
-                or not 0.0 <= self.swap_fraction <= 1.0:
-            raise PlanError(f"stage 'swap_fraction' must be in [0, 1], got {self.swap_fraction!r}")
-        if self.swap_blocks and not self.swap_fraction:
-            raise PlanError("a stage with swap_blocks > 0 needs swap_fraction > 0")
-        object.__setattr__(self, "swap_fraction", float(self.swap_fraction))
-        pk = self.predicted_peak_bytes
-        if isinstance(pk, bool) or not isinstance(pk, (int, float)) or not math.isfinite(pk) or pk < 0:
-            raise PlanError(f"stage 'predicted_peak_bytes' must be a number >= 0, got {pk!r}")
-        object.__setattr__(self, "predicted_peak_bytes", int(math.ceil(pk)))
-        acts = tuple(self.actions)
-        if not all(isinstance(a, str) for a in acts):
-            raise PlanError("stage 'actions' must be a list of action strings like F0, B0, SO3")
-        object.__setattr__(self, "actions", acts)
-
-
-@dataclass(frozen=True)
-class Plan:
-    num_stages: int
-    num_microbatches: int
-    memory_limit: int
-    schedule: str
-    stages: tuple[StagePlan, ...]
-    predicted_iteration_time: float
-    baselines: tuple[tuple[str, float | None], ...] = ()
-    source: PlanSource | None = None      # None: a plan written before plans recorded it
-    virtual_stages: int = 1               # model stages (chunks) per device
-    stage_to_device: tuple[int, ...] = () # with chunks: where each stage runs
-    device_rows: tuple[tuple[str, ...], ...] = ()   # with chunks: each device's order ("2F0", ...)
-
-    def __post_init__(self) -> None:
-        for name in ("num_stages", "num_microbatches", "memory_limit"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise PlanError(f"plan '{name}' must be a positive integer, got {v!r}")
-        if self.schedule not in SCHEDULES:
-            raise PlanError(f"plan schedule {self.schedule!r} is unknown (valid: {', '.join(SCHEDULES)})")
-        stages = tuple(self.stages)
-        if len(stages) != self.num_stages:
-            raise PlanError(f"plan lists {len(stages)} stages for num_stages={self.num_stages}")
-        check_partition([st.units for st in stages], stages[-1].units[1])
-        object.__setattr__(self, "stages", stages)
-        if any(st.actions for st in stages) and not all(st.actions for st in stages):
-            raise PlanError("plan gives 'actions' for some stages but not all")
-        t = self.predicted_iteration_time
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise PlanError(f"plan 'predicted_iteration_time' must be a number >= 0, got {t!r}")
-        base = tuple(self.baselines.items()) if isinstance(self.baselines, Mapping) else tuple(self.baselines)
-        for name, v in base:
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-                raise PlanError(f"plan baseline {name!r} must be a number or null, got {v!r}")
-        object.__setattr__(self, "baselines", base)
-        if self.source is not None and not isinstance(self.source, PlanSource):
-            raise PlanError(f"plan source must be a PlanSource, got {type(self.source).__name__}")
-        v = self.virtual_stages
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or self.num_stages % v:
-            raise PlanError(f"plan 'virtual_stages' must divide num_stages={self.num_stages}, got {v!r}")
-        object.__setattr__(self, "stage_to_device", tuple(int(d) for d in self.stage_to_device))
-        object.__setattr__(self, "device_rows", tuple(tuple(r) for r in self.device_rows))
-
-    @property
-    def num_devices(self) -> int:
-        return self.num_stages // self.virtual_stages
-
-    @property
-    def family(self) -> str:
-        """The base schedule family (planner.families): 1f1b, interleaved, zb-h1, ..."""
-        return family_of(self.schedule)
-
-    @property
-    def partition(self) -> Partition:
-        return tuple(st.units for st in self.stages)
-
-    @property
-    def num_units(self) -> int:
-        return self.stages[-1].units[1]
-
-    @property
-    def adjusted_stages(self) -> tuple[int, ...]:
-        return tuple(s for s, st in enumerate(self.stages) if st.adjusted)
-
-    @property
-    def recompute_sets(self) -> tuple[tuple[str, ...], ...]:
-        """Per stage, what models.resolve_policy(list(r), family) turns into its policy."""
-        return tuple(st.recompute for st in self.stages)
-
-    def baseline(self, name: str) -> float | None:
-        return dict(self.baselines).get(name)
-
-    def to_json(self) -> dict:
-        return {"format": PLAN_FORMAT, **(self.source.to_json() if self.source else {}),
-                "num_stages": self.num_stages,
-                "num_microbatches": self.num_microbatches, "memory_limit": self.memory_limit,
-                "schedule": self.schedule,
-                "stages": [{"units": list(st.units), "adjusted": st.adjusted, "recompute": list(st.recompute),
-                            "swap_blocks": st.swap_blocks, "swap_fraction": st.swap_fraction,
-                            "predicted_peak_bytes": st.predicted_peak_bytes,
-                            **({"actions": list(st.actions)} if st.actions else {})}
-                           for st in self.stages],
-                "predicted_iteration_time": self.predicted_iteration_time,
-                "baselines": dict(self.baselines), "family": self.family, "virtual_stages": self.virtual_stages,
-                **({"stage_to_device": list(self.stage_to_device), "device_rows": [list(r) for r in self.device_rows]}
-                   if self.device_rows else {})}
-
-
-_PLAN_KEYS = ("num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
-              "predicted_iteration_time", "baselines")
-_STAGE_KEYS = ("units", "adjusted", "recompute", "swap_blocks", "swap_fraction", "predicted_peak_bytes")
-
-
-def plan_from_json(d: Any) -> Plan:
-    if not isinstance(d, dict):
-        raise PlanError(f"a plan must be a JSON object, got {type(d).__name__}")
-    if d.get("format") != PLAN_FORMAT:
-        raise PlanError(f"not an {PLAN_FORMAT} file (format is {d.get('format')!r})")
-    for key in _PLAN_KEYS:
-        if key not in d:
-            raise PlanError(f"plan is missing key {key!r}")
-    if not isinstance(d["stages"], list) or not d["stages"]:
-        raise PlanError("plan 'stages' must be a non-empty list")
-    if not isinstance(d["baselines"], dict):
-        raise PlanError("plan 'baselines' must be an object")
-    stages = []
-    for s, st in enumerate(d["stages"]):
-        if not isinstance(st, dict):
-            raise PlanError(f"plan stage {s} must be an object")
-        for key in _STAGE_KEYS:
-            if key not in st:
-                raise PlanError(f"plan stage {s} is missing key {key!r}")
-        if not isinstance(st["units"], list) or not isinstance(st["recompute"], list) \
-                or not isinstance(st.get("actions", []), list):
-            raise PlanError(f"plan stage {s}: 'units', 'recompute' and 'actions' must be lists")
-        try:
-            stages.append(StagePlan(tuple(st["units"]), st["adjusted"], tuple(st["recompute"]),
-                                    st["swap_blocks"], st["swap_fraction"], st["predicted_peak_bytes"],
-                                    tuple(st.get("actions", ()))))
-        except PlanError as e:
-            raise PlanError(f"plan stage {s}: {e}") from None
-    rows = d.get("device_rows", [])
-    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows) \
-            or not isinstance(d.get("stage_to_device", []), list):
-        raise PlanError("plan 'device_rows' must be a list of lists and 'stage_to_device' a list")
-    return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
-                d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
-                d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)))
-
-
-def load_plan(path) -> Plan:
-    return load_document(path, "plan", plan_from_json)
-
-
-def save_plan(plan: Plan, path) -> None:
-    write_json_atomic(path, plan.to_json())
-
-
-def plan_to_schedule(plan: Plan) -> Schedule:
-    """The plan's Schedule (validated): the stages' recorded orders when the plan
-    has them (`obscura plan` writes them: Obscura's order depends on the cost model
-    it was generated under), else its generator's default order; each stage's
-    recompute set and swap settings from the plan."""
-    if plan.device_rows:   # several stages per device: the devices' recorded rows
-        specs = tuple(StageSpec((), st.recompute, st.swap_fraction if st.swap_blocks else 0.0, st.swap_blocks)
-                      for st in plan.stages)
-        rows = tuple(tuple(Action.parse(a) for a in row) for row in plan.device_rows)
-        try:
-            sched = Schedule(plan.schedule, plan.num_stages, plan.num_microbatches, specs, plan.stage_to_device,
-                             rows)
-        except ScheduleError as e:
-            raise PlanError(f"plan rows: {e}") from None
-        validate(sched)
-        return sched
-    if plan.stages[0].actions:
-        specs = []
-        for s, st in enumerate(plan.stages):
-            acts = tuple(Action.parse(a, s) for a in st.actions)
-            specs.append(StageSpec(acts, st.recompute, st.swap_fraction if st.swap_blocks else 0.0,
-                                   st.swap_blocks))
-        sched = Schedule(plan.schedule, plan.num_stages, plan.num_microbatches, tuple(specs))
-        validate(sched)
-        return sched
-    lam = tuple(st.swap_blocks for st in plan.stages)
-    beta = max((st.swap_fraction for st in plan.stages if st.swap_blocks), default=0.0)
-    adjusted = plan.adjusted_stages
-    if plan.schedule in ("recomp", "strawman", "obscura") and not adjusted:
-        raise PlanError(f"a {plan.schedule!r} plan needs at least one adjusted stage")
-    sched = generate(plan.schedule, plan.num_stages // plan.virtual_stages, plan.num_microbatches,
-                     adjusted=adjusted or None, recompute=("full",),
-                     swap_blocks=lam if any(lam) else 0, swap_fraction=beta,
-                     **({"virtual_stages": plan.virtual_stages} if plan.schedule in CHUNKED else {}))
-    stages = tuple(replace(spec, recompute=st.recompute, swap_fraction=st.swap_fraction if st.swap_blocks else 0.0)
-                   for spec, st in zip(sched.stages, plan.stages))
-    return replace(sched, stages=stages)
 
 
 @dataclass(frozen=True)
@@ -295,8 +68,13 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
                    for s in range(len(cfg.partition)))
     base = tuple((name, ev_.makespan if ev_.fits else None) for name, ev_ in baselines.items())
     rows = () if one else tuple(tuple(a.long for a in row) for row in sched.rows)
+    # The order its peaks were judged in: `train --plan` issues in it (not in one derived
+    # from costs measured in the run, whose noise can reorder and move the inbox peak).
+    # A chunked plan issues in its device rows instead.
+    order = tuple(a.long for a in issue_order(ev.schedule, ev.costs)) if one else ()
     return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base,
-                virtual_stages=cfg.virtual_stages, stage_to_device=() if one else where, device_rows=rows)
+                virtual_stages=cfg.virtual_stages, stage_to_device=() if one else where, device_rows=rows,
+                issue_order=order)
 
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,

@@ -40,6 +40,7 @@ from schedules.jsonio import load_document, write_json_atomic
 PROFILE_FORMAT = "obscura-profile/1"
 _OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
+LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
 
 def unit_kinds(num_layers: int) -> tuple[str, ...]:
@@ -172,8 +173,12 @@ class Profile:
     p2p_latency: float     # seconds per transfer
     units: tuple[tuple[str, UnitProfile], ...]
     family: str = field(default="", compare=False)
+    layer_recompute_time: float | None = None  # one layer under one checkpoint (policy `layer`); None: unmeasured
 
     def __post_init__(self) -> None:
+        if self.layer_recompute_time is not None:
+            object.__setattr__(self, "layer_recompute_time",
+                               _number("profile layer_recompute_time", self.layer_recompute_time))
         if not isinstance(self.model, str) or not self.model:
             raise ProfileError(f"profile model must be a non-empty string, got {self.model!r}")
         if not isinstance(self.device, str) or not self.device:
@@ -214,6 +219,14 @@ class Profile:
         return unit_kinds(self.num_layers)
 
     @property
+    def layer_recompute(self) -> float:
+        """Seconds one layer's backward recomputes under `layer`: the measured
+        `layer_recompute_time`, else the attn + mlp forward."""
+        if self.layer_recompute_time is not None:
+            return self.layer_recompute_time
+        return self.unit("attn").fwd_time + self.unit("mlp").fwd_time
+
+    @property
     def op_names(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for _, unit in self.units:
@@ -233,6 +246,7 @@ class Profile:
                              "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
                                      for n, o in u.ops}}
                       for kind, u in self.units},
+            **({} if self.layer_recompute_time is None else {"layer_recompute_time": self.layer_recompute_time}),
         }
 
 
@@ -289,7 +303,9 @@ def profile_from_json(d: Any) -> Profile:
     top = {key: d[key] for key in _TOP_KEYS if key != "units"}
     for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):
         _number(f"profile {key}", top[key], positive=key != "p2p_latency")
-    return Profile(**top, units=tuple(parsed.items()))
+    layer = d.get("layer_recompute_time")
+    return Profile(**top, units=tuple(parsed.items()),
+                   layer_recompute_time=None if layer is None else _number("profile layer_recompute_time", layer))
 
 
 def load_profile(path) -> Profile:

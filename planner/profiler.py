@@ -16,16 +16,18 @@ split, the same residuals; the planner never imports the engine) and measures:
   recomputed), and its fwd_time is how much the unit's backward shrinks then
   (the recompute that saving it avoids). Residuals are the leaves `jax.vjp`
   keeps in the real unit code (traced, models.info; the engine's program is
-  checked to agree); times are real runs of compiled backward programs (the
-  forward runs eagerly, so nothing is shared with it), one per recompute set, run
-  round-robin (3 x reps rounds) and taking each one's fastest run, since only
-  their differences are used. Sets with equal residuals
-  run the same backward, so only sets that change the residuals are compiled and
+  checked to agree); times are the backward of the engine's program for the unit
+  under each recompute set, timed by `time_unit` like the unit itself (steady
+  state: one timing method for every number here). Sets with equal residuals
+  run the same backward, so only sets that change the residuals are timed and
   an op that changes nothing is credited 0 (its time goes to the next op that
   does). The sums telescope: input_bytes + sum(act_bytes) is the residual with
   nothing recomputed, sum(fwd_time) the measured overhead of recomputing every
   offered op. A difference below zero (noise, or saving an op that makes an
-  earlier one unneeded) is recorded as 0.
+  earlier one unneeded) is recorded as 0;
+- layer_recompute_time (profile-wide): the layer-granular full recompute (policy
+  `layer`, one checkpoint over attn + mlp keeping only the layer input), the
+  backward of min(5, layers) layers under `layer` minus under `none`, per layer.
 
 `ops` restricts the offered recompute choices: other ops are always saved, and
 their bytes count as the unit's input_bytes (kept whatever is recomputed).
@@ -41,7 +43,6 @@ defaults below are written and `notes` says so.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -51,7 +52,6 @@ import jax.numpy as jnp
 
 import models
 from models.info import check_sizes, unit_residuals
-from models.stage import unit_apply_fn
 from planner.analytic import training_state_bytes
 from planner.errors import ProfileError
 from planner.profile import OpProfile, Profile, UnitProfile
@@ -99,24 +99,6 @@ def _inputs(cfg, kind: str, seq_len: int, micro_batch: int, device):
     return put(x), (put(targets) if kind == "head" else None)
 
 
-def _backward_program(cfg, kind: str, policy, params, x, targets):
-    """The unit's backward under `policy`, compiled on its own: the forward runs
-    eagerly (jax.vjp outside jit) and only the pullback is jitted, as in the
-    engine, where forward and backward are separate programs. (Forward and
-    backward in ONE program measured no recompute at all on the H200: XLA reuses
-    the forward's values instead of recomputing them.)"""
-    f = unit_apply_fn(cfg, kind, policy)
-    if kind == "embed":
-        y, pullback = jax.vjp(lambda q: f(q, x), params)
-    elif kind == "head":
-        y, pullback = jax.vjp(lambda q, h: f(q, h, targets), params, x)
-    else:
-        y, pullback = jax.vjp(f, params, x)
-    dy = jnp.ones_like(y)
-    compiled = jax.jit(lambda pb, g: pb(g)).lower(pullback, dy).compile()
-    return lambda: jax.block_until_ready(compiled(pullback, dy))
-
-
 def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, reps: int = 5,
                   ops: Sequence[str] | None = None, device=None, host_bandwidth: float | None = None,
                   p2p_bandwidth: float | None = None, p2p_latency: float | None = None,
@@ -161,12 +143,12 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         # equal residuals mean the same backward, so its recompute time is credited
         # to the next op that does change them.
         distinct = [0] + [j for j in range(1, len(sizes)) if sizes[j] != sizes[j - 1]]
-        unit_params = params[models.unit_names(cfg)[unit_range[0]]]
         say(f"{kind}: {len(distinct) if len(distinct) > 1 else 0} backward programs")
         bwd_time = {}
         if len(distinct) > 1:
-            programs = {j: _backward_program(cfg, kind, policies[j], unit_params, x, targets) for j in distinct}
-            bwd_time = _round_robin_min(programs, 3 * reps)
+            bwd_time = {j: (timing if j == len(choice) else
+                            time_unit(cfg, unit_range, policies[j], device, params, x, targets, reps)).bwd
+                        for j in distinct}
         op_prof = {}
         prev = 0
         for i, op in enumerate(choice):
@@ -187,13 +169,17 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
                                   **split_fields(timing))
         say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
             f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed)")
-        del params, unit_params
+        del params
+    layer = _layer_recompute(cfg, seq_len, micro_batch, device, time_unit, reps) if cfg.num_layers else None
+    if layer is not None:
+        say(f"layer (one checkpoint over attn + mlp): recompute {layer * 1e3:.3f} ms")
     hb, pb, pl = _bandwidths(cfg, seq_len, micro_batch, device, reps, run.notes)
     run.profile = Profile(
         model=cfg.name, device=str(getattr(device, "device_kind", device.platform)),
         num_layers=cfg.num_layers, seq_len=seq_len, micro_batch=micro_batch,
         host_bandwidth=host_bandwidth or hb, p2p_bandwidth=p2p_bandwidth or pb,
-        p2p_latency=pl if p2p_latency is None else p2p_latency, units=units, family=cfg.family)
+        p2p_latency=pl if p2p_latency is None else p2p_latency, units=units, family=cfg.family,
+        layer_recompute_time=layer)
     run.seconds = time.perf_counter() - start
     return run
 
@@ -209,20 +195,26 @@ def split_fields(timing) -> dict:
             "weight_grad_bytes": float(getattr(timing, "weight_grad_bytes", 0) or 0)}
 
 
-def _round_robin_min(programs: dict, rounds: int) -> dict:
-    """Fastest run of each program over `rounds` rounds that run every program once
-    in turn (after one warm-up round). Differences between programs are what
-    matter here: interleaving exposes all of them to the same background load,
-    and the minimum drops the delays that load adds."""
-    for fn in programs.values():
-        fn()
-    best = {j: math.inf for j in programs}
-    for _ in range(max(rounds, 3)):
-        for j, fn in programs.items():
-            t0 = time.perf_counter()
-            fn()
-            best[j] = min(best[j], time.perf_counter() - t0)
-    return best
+LAYER_SPAN = 5   # layers per timed program for the layer recompute (see _layer_recompute)
+
+
+def _layer_recompute(cfg, seq_len: int, micro_batch: int, device, time_unit: TimeUnit, reps: int) -> float:
+    """Seconds one transformer layer's backward spends recomputing under the
+    layer-granular policy (`layer`: one checkpoint over attn_i + mlp_i, keeping only
+    its input): the backward of min(LAYER_SPAN, layers) layers under `layer` minus
+    the same under `none` (every op saved), per layer, both the engine's program
+    timed by `time_unit`. Why a span: per layer, the recompute grows with the layers
+    in one program (H200, Llama-2-13B, seq 4096: 3.33 ms alone, 3.64 ms in 5;
+    results/h200/profile_v3/diag_layer.json), and stages hold many layers."""
+    n = max(1, min(LAYER_SPAN, cfg.num_layers))
+    span = (1, 1 + 2 * n)
+    params = jax.device_put(models.init_params(cfg, 0, span), device)
+    x, _ = _inputs(cfg, "attn", seq_len, micro_batch, device)
+    times = {name: time_unit(cfg, span, models.resolve_policy(name, cfg.family), device, params, x, None,
+                             reps).bwd for name in ("none", "layer")}
+    return max(times["layer"] - times["none"], 0.0) / n
+
+
 
 
 def _bandwidths(cfg, seq_len: int, micro_batch: int, device, reps: int, notes: list[str]

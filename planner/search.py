@@ -28,7 +28,7 @@ from typing import Sequence
 from planner.costs import Partition, stage_costs, stage_views, working_bytes
 from planner.identify import cmb_set
 from planner.memory_model import resident_blocks
-from planner.profile import FULL, Profile
+from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
 from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate, simulate
@@ -89,9 +89,11 @@ class Evaluation:
 
 
 def recompute_names(recompute: frozenset[str], op_order: Sequence[str]) -> tuple[str, ...]:
-    """A stage's recompute set as the IR/plan writes it: ("full",) or ops in forward order."""
+    """A stage's recompute set as the IR/plan writes it: ("full",), ("layer",) or ops in forward order."""
     if FULL in recompute:
         return (FULL,)
+    if LAYER in recompute:
+        return (LAYER,)
     return tuple(o for o in op_order if o in recompute) + tuple(sorted(set(recompute) - set(op_order)))
 
 

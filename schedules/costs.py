@@ -73,6 +73,9 @@ class StageCosts:
     input_grad: tuple[float, ...] = ()           # I time per stage; empty: bwd * (1 - weight_grad_fraction)
     weight_grad: tuple[float, ...] = ()          # W time per stage; empty: bwd * weight_grad_fraction
     freed_by_input_grad: tuple[float, ...] = ()  # residual bytes per micro-batch I frees; empty: 0
+    optimizer: tuple[float, ...] = ()            # optimizer step seconds per stage after the flush; empty: 0
+    action_overhead: float = 0.0                 # launch/dispatch seconds added to every F, B, I, W
+    link_sharing: float = 0.0                    # share of a p2p link a swapping neighbour's copies take
 
     def __post_init__(self) -> None:
         p = len(self.fwd)
@@ -100,6 +103,10 @@ class StageCosts:
                                     f"{nbytes / bw:.3g} time units, more than {MAX_TIME:.0e} (check the units)")
         if not 0.0 <= self.weight_grad_fraction <= 1.0:
             raise ScheduleError("StageCosts.weight_grad_fraction must be in [0, 1]")
+        if not (math.isfinite(self.action_overhead) and self.action_overhead >= 0):
+            raise ScheduleError("StageCosts.action_overhead must be finite and >= 0")
+        if not 0.0 <= self.link_sharing <= 0.9:
+            raise ScheduleError("StageCosts.link_sharing must be in [0, 0.9]")
 
     @property
     def num_stages(self) -> int:
@@ -148,12 +155,17 @@ class StageCosts:
     def kept_bytes(self, stage: int, adjusted: bool) -> float:
         return self.act_bytes_recompute[stage] if adjusted else self.act_bytes[stage]
 
-    def p2p_time(self, stage: int) -> float:
+    def p2p_time(self, stage: int, shared: bool = False) -> float:
         """Time to move one micro-batch's boundary activation (or its grad) between
-        stage and stage+1."""
+        stage and stage+1; `shared`: a stage on either side swaps, and its copies
+        take `link_sharing` of the link's bandwidth."""
         if self.boundary_bytes[stage] == 0 and self.p2p_latency == 0:
             return 0.0
-        return self.p2p_latency + self.boundary_bytes[stage] / self.p2p_bandwidth
+        bandwidth = self.p2p_bandwidth * (1.0 - self.link_sharing if shared else 1.0)
+        return self.p2p_latency + self.boundary_bytes[stage] / bandwidth
+
+    def optimizer_time(self, stage: int) -> float:
+        return self.optimizer[stage] if self.optimizer else 0.0
 
     def swap_time(self, stage: int, fraction: float, adjusted: bool) -> float:
         return self.kept_bytes(stage, adjusted) * fraction / self.host_bandwidth
@@ -166,6 +178,8 @@ class StageCosts:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in _REALISM and v == f.default:
+                continue   # written only when set: costs from before these terms read the same
             out[f.name] = list(v) if isinstance(v, tuple) else (None if v == math.inf else v)
         return out
 
@@ -206,6 +220,7 @@ class StageCosts:
         return cls(**kwargs)
 
 
-_OPTIONAL = ("input_grad", "weight_grad", "freed_by_input_grad")
+_OPTIONAL = ("input_grad", "weight_grad", "freed_by_input_grad", "optimizer")
+_REALISM = ("optimizer", "action_overhead", "link_sharing")   # calibration terms (schedules.calibration)
 _PER_STAGE = ("fwd", "bwd", "recompute", "act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes") \
     + _OPTIONAL

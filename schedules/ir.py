@@ -94,13 +94,13 @@ class Action:
 def check_recompute_names(names) -> None:
     """Every name must be an op or a preset of some registered model family
     (models.registry; a --model-module registers more), else one line."""
-    from models.registry import all_ops, family_names, preset_names  # lazy: registry on first use
+    from models.registry import LAYER, all_ops, family_names, preset_names  # lazy: registry on first use
 
-    known = set(all_ops()) | {p for fam in family_names() for p in preset_names(fam)}
+    known = set(all_ops()) | {p for fam in family_names() for p in preset_names(fam)} | {LAYER}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ScheduleError(f"unknown recompute op or preset {unknown[0]!r}; known presets: "
-                            f"{', '.join(sorted({p for f in family_names() for p in preset_names(f)}))}; "
+                            f"{', '.join(sorted({LAYER} | {p for f in family_names() for p in preset_names(f)}))}; "
                             "ops: those of the registered models (obscura model-info MODEL lists them)")
 
 

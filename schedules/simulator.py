@@ -17,6 +17,13 @@ Durations: F = fwd; B = bwd (+ recompute on adjusted stages); I = input_grad
 followed by a W of the same micro-batch, the older spelling of I, takes I's time);
 SO/SI = swap_fraction * kept bytes / host bandwidth.
 
+Realism terms (StageCosts; fitted by schedules.calibration from engine runs):
+every F, B, I, W takes `action_overhead` longer (launch and dispatch); a p2p
+transfer next to a swapping stage gets `1 - link_sharing` of the link (its copies
+share it); `iteration_time` adds the optimizer step after the flush (per device, the
+sum over its stages). `on_one_device` merges a schedule's rows into one device's
+row (what the engine runs when every stage shares one GPU), in simulated start order.
+
 Because each resource runs its actions in row order, every start time is the
 longest path to it in the dependency graph; the simulator walks devices in
 dependency order and needs no event queue.
@@ -26,7 +33,7 @@ from __future__ import annotations
 from schedules.costs import StageCosts
 from schedules.deps import dependency_keys, key_lag
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Schedule
+from schedules.ir import Action, Schedule, StageSpec
 from schedules.memory import StageMemory
 from schedules.timeline import OpRecord, Timeline
 from schedules.validator import validate
@@ -48,7 +55,8 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
     # with the transfer time from each (the one rule, schedules.deps)
     keys = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in rows]
     present = {k for row in keys for k in row}
-    lags = [costs.p2p_time(s) for s in range(p)]
+    swaps = [spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions) for spec in schedule.stages]
+    lags = [costs.p2p_time(s, swaps[s] or (s + 1 < p and swaps[s + 1])) for s in range(p)]
     waits = {k: tuple((d, key_lag(d, k, where, lags)) for d in dependency_keys(k, present, p)) for k in present}
     split = {(s, x) for s, k, x in present if k == "W"}
     end: dict[tuple, float] = {}
@@ -96,6 +104,7 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
                         rec = costs.recompute[s] if spec.adjusted else 0.0
                         half = k == "I" or (s, x) in split
                         dur = (costs.input_grad_time(s) if half else costs.bwd[s]) + rec
+                    dur += costs.action_overhead   # launch / dispatch (calibration)
                     compute_end[d] = start + dur
                 end[key] = start + dur
                 times[row[ptr[d]]] = (start, start + dur, rec)
@@ -110,6 +119,36 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
 def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:
     """Just the iteration time (no Timeline statistics): for search loops."""
     return max((e for _, e, _ in op_times(schedule, costs, check).values()), default=0.0)
+
+
+def iteration_time(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:
+    """The makespan plus the optimizer step after the flush: each device steps its
+    stages in turn, devices in parallel (StageCosts.optimizer; 0 when not given)."""
+    opt = [0.0] * schedule.num_devices
+    for s, d in enumerate(schedule.stage_to_device):
+        opt[d] += costs.optimizer_time(s)
+    return makespan(schedule, costs, check) + max(opt)
+
+
+def on_one_device(schedule: Schedule, costs: StageCosts) -> Schedule:
+    """`schedule` with every stage on device 0, the row merging the stages' own
+    orders by simulated start time (ties: lower stage first): one GPU running a
+    pipeline's stages one after another, as the engine does on a shared device.
+
+        dev0: F0 F1 B1 B0        dev0: 0F0 1F0 0F1 1F1 1B0 0B0 ...
+        dev1:  F0 F1 B0 B1  ->   (one row, each stage keeps its own order)
+    """
+    times = op_times(schedule, costs)
+    heads = [0] * schedule.num_stages
+    row = []
+    for _ in range(sum(len(st.actions) for st in schedule.stages)):
+        s = min((s for s in range(schedule.num_stages) if heads[s] < len(schedule.stages[s].actions)),
+                key=lambda s: (times[schedule.stages[s].actions[heads[s]]][0], s))
+        row.append(schedule.stages[s].actions[heads[s]])
+        heads[s] += 1
+    stages = tuple(StageSpec((), st.recompute, st.swap_fraction, st.swap_blocks) for st in schedule.stages)
+    return Schedule(f"{schedule.name} (one device)", schedule.num_stages, schedule.num_microbatches, stages,
+                    (0,) * schedule.num_stages, (tuple(row),))
 
 
 def stage_memory(schedule: Schedule, costs: StageCosts) -> tuple[StageMemory, ...]:

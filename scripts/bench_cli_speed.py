@@ -1,6 +1,7 @@
 """Wall time of the two slow commands of issue 13, as `obscura` runs them.
 
-    python scripts/bench_cli_speed.py gantt [--vector]   simulate --stages 32 --microbatches 512 --gantt
+    python scripts/bench_cli_speed.py gantt [--vector] [--stages P --microbatches M]
+                                                         simulate --stages 32 --microbatches 512 --gantt
     python scripts/bench_cli_speed.py plan               plan p=16 m=128 at 20 GiB and 14 GiB (13B profile)
 
 `gantt` times the whole command (generate, simulate, draw PNG + SVG) with the
@@ -42,16 +43,16 @@ def timed(label: str, argv: list[str]) -> None:
     print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU, exit {rc}; {tail[0][:120]}", flush=True)
 
 
-def bench_gantt(vector: bool) -> None:
-    argv = ["simulate", "--schedule", "1f1b", "--stages", "32", "--microbatches", "512"]
+def bench_gantt(vector: bool, p: int, m: int) -> None:
+    argv = ["simulate", "--schedule", "1f1b", "--stages", str(p), "--microbatches", str(m)]
     with tempfile.TemporaryDirectory() as tmp:
-        timed("simulate p=32 m=512, no chart", argv)
+        timed(f"simulate p={p} m={m}, no chart", argv)
         png = Path(tmp) / "g.png"
-        timed("simulate p=32 m=512 --gantt (raster)", argv + ["--gantt", str(png)])
+        timed(f"simulate p={p} m={m} --gantt (raster)", argv + ["--gantt", str(png)])
         print(f"  PNG {png.stat().st_size / 1e6:.2f} MB, SVG {png.with_suffix('.svg').stat().st_size / 1e6:.2f} MB")
         if vector:
             gantt.RASTER_OPS = 10 ** 9
-            timed("simulate p=32 m=512 --gantt (vector, bar by bar)", argv + ["--gantt", str(png)])
+            timed(f"simulate p={p} m={m} --gantt (vector, bar by bar)", argv + ["--gantt", str(png)])
             print(f"  PNG {png.stat().st_size / 1e6:.2f} MB, "
                   f"SVG {png.with_suffix('.svg').stat().st_size / 1e6:.2f} MB")
 
@@ -67,10 +68,12 @@ def body() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("gantt", "plan"))
     ap.add_argument("--vector", action="store_true", help="also time the bar-by-bar chart (minutes)")
+    ap.add_argument("--stages", type=int, default=32)
+    ap.add_argument("--microbatches", type=int, default=512)
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    bench_gantt(args.vector) if args.what == "gantt" else bench_plan()
+    bench_gantt(args.vector, args.stages, args.microbatches) if args.what == "gantt" else bench_plan()
     return 0
 
 

@@ -21,9 +21,17 @@ from planner import paper as P
 from planner.identify import parse_memory_limit
 from schedules.sizes import GiB
 
-SHOWN = ("dapple", "dapple_plus", "ohp_cmb", "strawman", "obscura")
-COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "ohp_cmb": "#64B5CD", "strawman": "#DD8452",
-          "obscura": "#C44E52"}
+SHOWN = ("dapple", "dapple_plus", "dapple_plus_layer", "ohp_cmb", "strawman", "obscura")
+COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "dapple_plus_layer": "#2A3F66", "ohp_cmb": "#64B5CD",
+          "strawman": "#DD8452", "obscura": "#C44E52"}
+
+
+def _vs(r, base: str, tag: str) -> str:
+    """'u x1.15 (max 1.18)': Obscura over a DAPPLE+ and that DAPPLE+'s ceiling."""
+    sp, ceil = r[f"speedup_vs_{base}"], r[f"ceiling_vs_{base}"]
+    if sp is None:
+        return f"{tag} -"
+    return f"{tag} x{sp:.2f}" + (f" (max {ceil:.2f})" if ceil else "")
 
 
 def draw(rows, sources, families, sizes, batches, limit_gib, out):
@@ -48,9 +56,9 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                     if name == "obscura" and r["speedup_vs_dapple_plus"]:
                         paper = ("\npaper %.2f-%.2f" % (r["paper_speedup_low"], r["paper_speedup_high"])
                                  if r["paper_speedup_low"] else "")
-                        ceil = " (max %.2f)" % r["ceiling_vs_dapple_plus"] if r["ceiling_vs_dapple_plus"] else ""
-                        ax.text(x, r["samples_per_s"] * 1.01, "x%.2f%s%s" % (r["speedup_vs_dapple_plus"], ceil, paper),
-                                ha="center", va="bottom", fontsize=5.5)
+                        ax.text(x, r["samples_per_s"] * 1.01, "%s\n%s%s" % (
+                            _vs(r, "dapple_plus", "u"), _vs(r, "dapple_plus_layer", "l"), paper),
+                                ha="center", va="bottom", fontsize=5)
             ax.set_xticks(range(len(batches)))
             ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
             ax.set_ylim(0, top * 1.3)
@@ -62,8 +70,13 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                 ax.spines[side].set_visible(False)
     axes[0][0].legend(fontsize=6.5, frameon=False, ncol=2, loc="upper left")
     title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {P.SEQ_LEN}, mb {P.MICRO_BATCH}, "
-             f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (max: no recompute, unlimited memory) and the paper's")
+             f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (u: unit, l: layer; max: no recompute, unlimited memory) and the paper's")
     return L.save_figure(fig, out, "fig12_throughput", title, sources)
+
+
+def _ratio(r, base: str) -> str:
+    sp, ceil = r[f"speedup_vs_{base}"], r[f"ceiling_vs_{base}"]
+    return f"{'-' if sp is None else '%.3f' % sp} (max {'-' if ceil is None else '%.3f' % ceil})"
 
 
 def summary(rows, limit_gib) -> list[str]:
@@ -75,10 +88,9 @@ def summary(rows, limit_gib) -> list[str]:
                 and x["memory_limit_gib"] == limit_gib]
         cols = "  ".join("%s %s" % (P.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
                                     else "%.3f" % x["samples_per_s"]) for x in case if x["system"] in SHOWN)
-        sp, ceil = r["speedup_vs_dapple_plus"], r["ceiling_vs_dapple_plus"]
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
         lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
-                     f"Obscura/DAPPLE+ {'-' if sp is None else '%.3f' % sp} (max {'-' if ceil is None else '%.3f' % ceil}){paper}  "
+                     f"Obscura/DAPPLE+ {_ratio(r, 'dapple_plus')} unit, {_ratio(r, 'dapple_plus_layer')} layer{paper}  "
                      f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}, "
                      f"{r['order']} order]")
     return lines

@@ -17,8 +17,9 @@ import figlib as L
 from planner import figures as F
 from planner import paper as P
 
-SHOWN = ("dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman", "obscura")
-COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "recomp": "#55A868", "ohp_cmb": "#64B5CD",
+SHOWN = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman", "obscura")
+COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "dapple_plus_layer": "#2A3F66", "recomp": "#55A868",
+          "ohp_cmb": "#64B5CD",
           "strawman": "#DD8452", "obscura": "#C44E52"}
 
 
@@ -60,10 +61,10 @@ def table(rows, model, batch) -> list[str]:
     cell = [r for r in rows if r["model"] == model and r["global_batch"] == batch]
     stages = sorted({r["stage"] for r in cell})
     lines = [f"{model}, global batch {batch}: peak GiB per stage (limit {cell[0]['memory_limit_gib']:g})",
-             f"{'system':<10}" + "".join(f"{s:>8}" for s in stages)]
+             f"{'system':<16}" + "".join(f"{s:>8}" for s in stages)]
     for name in SHOWN:
         mine = {r["stage"]: r for r in cell if r["system"] == name}
-        lines.append(f"{P.SYSTEMS[name]:<10}" + "".join(
+        lines.append(f"{P.SYSTEMS[name]:<16}" + "".join(
             f"{mine[s]['peak_gib']:>7.1f}{'' if mine[s]['fits'] else '!'}" for s in stages))
     return lines + ["('!' = over the limit)"]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Fig. 16: simulated ablation of Obscura vs global batch (16..128) on Llama-2 23B and 28B
-(p=8, 80 GiB): speedup over DAPPLE+ of dependency relaxation alone, + swapping-
+(p=8, 80 GiB): speedup over DAPPLE+ (unit and layer granular: one row of panels each) of dependency relaxation alone, + swapping-
 aware recompute, + partition adjustment, + CMB-Identifying (= full Obscura), with
 the strawman and the no-recompute ceiling from the same runs.
 
@@ -28,20 +28,21 @@ STYLE = {"ceiling": ("#8C8C8C", ":", "s", 7), "strawman": ("#DD8452", "--", "v",
 
 
 STEPS = tuple(key for key, _ in P.ABLATION_STEPS)
+BASES = (("dapple_plus", "DAPPLE+ (unit)"), ("dapple_plus_layer", "DAPPLE+ (layer)"))
 
 
 def draw(rows, sources, models, out):
-    fig, axes = L.new_figure(1, len(models), (5.6 * len(models), 3.6))
-    for j, model in enumerate(models):
-        ax = axes[0][j]
+    fig, axes = L.new_figure(len(BASES), len(models), (5.6 * len(models), 3.6 * len(BASES)))
+    for (i, (base, base_label)), (j, model) in ((b, m) for b in enumerate(BASES) for m in enumerate(models)):
+        ax = axes[i][j]
+        col = f"speedup_vs_{base}"
         cell = [r for r in rows if r["model"] == model]
         for key in STYLE:
-            mine = sorted((r for r in cell if r["step"] == key and r["speedup_vs_dapple_plus"]),
-                          key=lambda r: r["global_batch"])
+            mine = sorted((r for r in cell if r["step"] == key and r[col]), key=lambda r: r["global_batch"])
             if not mine:
                 continue
             color, ls, marker, size = STYLE[key]
-            ax.plot([r["global_batch"] for r in mine], [r["speedup_vs_dapple_plus"] for r in mine], ls=ls,
+            ax.plot([r["global_batch"] for r in mine], [r[col] for r in mine], ls=ls,
                     marker=marker, ms=size, mfc="none" if marker != "x" else color, color=color, lw=1.2,
                     label=mine[0]["label"])
         batches = sorted({r["global_batch"] for r in cell})
@@ -52,7 +53,7 @@ def draw(rows, sources, models, out):
         ax.axhline(1.0, color="black", lw=0.6)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_xlabel("global batch (= micro-batches, mb 1)", fontsize=8)
-        ax.set_ylabel("speedup over DAPPLE+", fontsize=8)
+        ax.set_ylabel(f"speedup over {base_label}", fontsize=8)
         ax.set_title(model, fontsize=9, loc="left")
         ax.legend(fontsize=6.5, frameon=False, loc="lower left")
         for side in ("top", "right"):
@@ -61,10 +62,10 @@ def draw(rows, sources, models, out):
     return L.save_figure(fig, out, "fig16_ablation", title, sources)
 
 
-def table(rows, model) -> list[str]:
+def table(rows, model, base: str = "dapple_plus", base_label: str = "DAPPLE+ (unit)") -> list[str]:
     cell = [r for r in rows if r["model"] == model]
     batches = sorted({r["global_batch"] for r in cell})
-    lines = [f"{model}: speedup over DAPPLE+ [adjusted stages]",
+    lines = [f"{model}: speedup over {base_label} [adjusted stages]",
              f"{'step':<38}" + "".join(f"{'GBS ' + str(b):>20}" for b in batches)]
     for key in STYLE:
         mine = {r["global_batch"]: r for r in cell if r["step"] == key}
@@ -74,7 +75,7 @@ def table(rows, model) -> list[str]:
         cells = []
         for b in batches:
             r = mine.get(b)
-            sp = r and r["speedup_vs_dapple_plus"]
+            sp = r and r[f"speedup_vs_{base}"]
             star = "*" if key in STEPS and r and r["order"] in ("strawman", "recomp") else ""
             cells.append("-" if not sp else f"{sp:.3f} [{r['adjusted'] or '-'}]{star}")
         lines.append(f"{label:<38}" + "".join(f"{c:>20}" for c in cells))
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
         models = list(dict.fromkeys(r["model"] for r in rows))
         return L.publish(args.out, "fig16_ablation", rows, sources,
                          lambda: draw(rows, sources, models, args.out),
-                         ["\n".join(table(rows, model)) for model in models])
+                         ["\n".join(table(rows, model, *b)) for model in models for b in BASES])
 
     return run_command("fig16_ablation", body)
 

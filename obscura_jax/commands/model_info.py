@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import models
 from obscura_jax.cli import add_model_module
-from obscura_jax.errors import UsageError
 from schedules.jsonio import check_writable, write_json_atomic
 from schedules.sizes import format_bytes
 
@@ -54,9 +53,6 @@ def format_report(info: dict) -> str:
 def run(args):
     from models.info import model_info  # lazy: JAX
 
-    for flag, v in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch)):
-        if v is not None and v < 1:
-            raise UsageError(f"{flag} must be >= 1, got {v}")
     check_writable(args.json, "--json")
 
     overrides = {"attention_impl": args.attention} if args.attention else {}

@@ -3,6 +3,8 @@ printed as a table with the simulated comparison against the baselines."""
 from __future__ import annotations
 
 import models
+from schedules.calibration import load_calibration
+from schedules.simulator import iteration_time
 from obscura_jax.cli import add_model_module
 from planner.paper import SYSTEMS as _NAMES
 from planner.profile import derive_profile, load_profile
@@ -47,6 +49,9 @@ def add_parser(sub):
                    help="Obscura on 1F1B only: no interleaved or ZB-H1 family, nor their baselines")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write the plan (obscura-plan/1) here (default: not written)")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="obscura-calibration/1 JSON: also report the plan's iteration with its launch overhead, "
+                        "optimizer step and link sharing (default: the ideal simulation only)")
     add_model_module(p)
     p.set_defaults(func=run)
 
@@ -69,6 +74,8 @@ def run(args):
     if args.json:
         save_plan(plan, args.json)
     print(render(prof, res))
+    if args.calibration:
+        print(calibrated_line(res, load_calibration(args.calibration)))
     if args.json:
         print(f"wrote {args.json}")
     return 0
@@ -86,6 +93,14 @@ def check_plan_args(args) -> None:
     if reserve >= limit:
         raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
     check_writable(args.json, "--json")
+
+
+def calibrated_line(res, cal) -> str:
+    """The plan's iteration as the calibrated simulator predicts it, and which terms are assumed."""
+    ev = res.best
+    costs = cal.apply(ev.costs)
+    t = iteration_time(ev.schedule, costs, check=False)
+    return (f"predicted iteration {t:.4g} s calibrated (ideal {ev.makespan:.4g} s; {cal.describe()})")
 
 
 def render(prof, res) -> str:

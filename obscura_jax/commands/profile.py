@@ -91,6 +91,9 @@ def run(args):
     for kind, u in prof.units:
         print(f"{kind:6} {u.fwd_time * 1e3:9.3f} {u.bwd_time * 1e3:9.3f} {format_bytes(u.weight_bytes, 2):>11} "
               f"{format_bytes(u.input_bytes, 2):>11} {format_bytes(u.kept_bytes(()), 2):>12}  {len(u.ops)}")
+    if prof.layer_recompute_time is not None:
+        print(f"layer recompute (one checkpoint over attn + mlp, policy `layer`): "
+              f"{prof.layer_recompute_time * 1e3:.3f} ms per layer")
     print(f"bandwidths: host {prof.host_bandwidth / 1e9:.2f} GB/s, p2p {prof.p2p_bandwidth / 1e9:.2f} GB/s, "
           f"latency {prof.p2p_latency * 1e6:.1f} us")
     for n in notes:

@@ -55,10 +55,11 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--microbatches", type=int, default=None, metavar="M", help="micro-batches per step (default 8)")
     g.add_argument("--policy", default="none", metavar="NAME|ops",
                    help="recompute policy of non-adjusted stages: a preset of the model's family "
-                        "(llama, gpt: none, full, selective, mlp, cmb) or comma-separated op names "
-                        "(default none)")
+                        "(llama, gpt: none, full, selective, mlp, cmb), `layer` (one checkpoint per "
+                        "transformer layer, keeping its input) or comma-separated op names (default none)")
     g.add_argument("--adjusted-policy", default="full", metavar="NAME|ops",
-                   help="recompute set of adjusted stages (default full)")
+                   help="recompute set of adjusted stages: full (per unit), layer (per transformer layer, "
+                        "DAPPLE+ as the paper runs it) or ops (default full)")
     g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
                    help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "
                         "else one emulated CPU device per stage)")

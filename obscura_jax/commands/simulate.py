@@ -24,9 +24,11 @@ from pathlib import Path
 
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
+from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
 from schedules.generators import SCHEDULES, check_pipeline_size, model_stages
 from schedules.jsonio import check_writable, read_json, write_json_atomic
+from schedules.simulator import iteration_time, on_one_device
 from schedules.text import timeline_ascii
 from schedules.torch_csv import load_torch_csv, save_torch_csv
 from schedules.trace import write_trace
@@ -79,6 +81,11 @@ def add_parser(sub):
     c.add_argument("--p2p-latency", help="latency of a stage-to-stage transfer (default 0)")
     c.add_argument("--p2p-bandwidth", help="bytes/time between stages (default inf)")
     c.add_argument("--boundary-bytes", help="bytes sent between stages per micro-batch (default 0)")
+    c.add_argument("--calibration", metavar="PATH",
+                   help="obscura-calibration/1 JSON (scripts/fit_calibration.py): add its launch overhead, optimizer "
+                        "step and link sharing, and report the calibrated predicted iteration (default: ideal costs)")
+    c.add_argument("--one-device", action="store_true",
+                   help="every stage on one device, one after another (the one-GPU engine bench) (default: off)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="OUT", help="write the Simulation JSON here (default: not written)")
     o.add_argument("--schedule-json", metavar="SCHED", help="write the schedule JSON here (default: not written)")
@@ -196,17 +203,38 @@ def _load(args):
     return schedule, costs
 
 
+def _realism(args, schedule, costs):
+    """(schedule, costs, calibration or None) with --calibration and --one-device applied."""
+    cal = None
+    if args.calibration:
+        cal = load_calibration(args.calibration)
+        costs = cal.apply(costs)
+    if args.one_device:
+        schedule = on_one_device(schedule, costs)
+    return schedule, costs, cal
+
+
+def _predicted(schedule, costs, cal) -> str:
+    t = iteration_time(schedule, costs, check=False)
+    if cal is None:
+        return (f"predicted iteration {t:.6g} (ideal: no launch overhead, no optimizer step, links not shared; "
+                "--calibration adds them)")
+    return f"predicted iteration {t:.6g} (calibrated: {cal.describe()})"
+
+
 def run(args):
     for flag in ("json", "schedule_json", "torch_csv", "trace", "gantt"):
         check_writable(getattr(args, flag), "--" + flag.replace("_", "-"))
     if args.gantt:
         check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
     schedule, costs = _load(args)
+    schedule, costs, cal = _realism(args, schedule, costs)
     timeline = simulate(schedule, costs)
     if not math.isfinite(timeline.makespan):
         raise UsageError(f"the simulated makespan is {timeline.makespan}: a cost, size or bandwidth is out "
                          "of range (see the costs flags)")
     print(_table(schedule, timeline))
+    print(_predicted(schedule, costs, cal))
     if args.ascii:
         print(timeline_ascii(timeline))
     if args.schedule_json:

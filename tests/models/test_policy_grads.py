@@ -60,3 +60,26 @@ def test_offload_sets_give_reference_loss_and_grads(tiny, reference):
     policy = models.resolve_policy(spec, cfg.family, offload=sorted(offload))
     assert policy.offload == frozenset(offload)
     _assert_same(_loss_and_grads(tiny, policy), reference)
+
+
+def test_layer_policy_gives_reference_loss_and_grads(tiny, reference):
+    policy = models.resolve_policy("layer", tiny[0].family)
+    assert policy.layer and policy.recompute == frozenset(models.ops_for(tiny[0].family))
+    _assert_same(_loss_and_grads(tiny, policy), reference)
+
+
+def test_layer_policy_keeps_only_each_layers_input(tiny):
+    """One checkpoint per layer: the backward of a 2-layer stage keeps its two layer
+    inputs; `full` (one per unit) also keeps each MLP's input."""
+    cfg, params, tokens, _ = tiny
+    x = jax.numpy.ones(tokens.shape + (cfg.hidden,), cfg.compute_dtype)
+    names = models.unit_names(cfg)[1:5]
+    sub = {n: params[n] for n in names}
+
+    def kept(policy):
+        stage = models.build_stage(cfg, (1, 5), policy)
+        _, pullback = jax.vjp(lambda h: stage.apply(sub, h), x)   # params closed over: constants
+        leaves = {id(a): a for a in jax.tree.leaves(pullback) if getattr(a, "ndim", 0) == 3}
+        return sum(a.nbytes for a in leaves.values() if a.shape == x.shape)
+    assert kept("layer") == 2 * x.nbytes
+    assert kept("full") == 4 * x.nbytes

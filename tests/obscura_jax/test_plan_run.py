@@ -66,3 +66,31 @@ def test_an_older_plan_runs_with_a_note(tmp_path, capsys):
     assert f"plan: plan {path} records no model (written before plans did)" in capsys.readouterr().out
     res = json.loads(out.read_text())
     assert res["plan_comparable"] is None and res["stages"][0]["planned_peak_bytes"] == 0
+
+
+def test_a_run_of_a_plan_issues_in_the_plans_order(plan_28b, tmp_path):
+    """train --plan issues in the order the plan's peaks were judged in (not one from
+    its own noisy cost measurement); a recorded order that does not cover the
+    schedule is ignored."""
+    from types import SimpleNamespace
+
+    from obscura_jax.plan_run import plan_issue_order
+    from planner.plan import load_plan, plan_to_schedule
+    from schedules import validate
+
+    plan = load_plan(plan_28b)
+    sched = plan_to_schedule(plan)
+    order = plan_issue_order(SimpleNamespace(plan=str(plan_28b)), sched)
+    assert [a.long for a in order] == list(plan.issue_order)
+    validate(sched)
+    done = set()
+    for a in order:   # each stage's actions keep their row order
+        row = sched.stages[a.stage].actions
+        assert all(b in done for b in row[:row.index(a)])
+        done.add(a)
+    broken = json.loads(plan_28b.read_text())
+    broken["issue_order"] = broken["issue_order"][1:]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    assert plan_issue_order(SimpleNamespace(plan=str(path)), sched) is None
+    assert plan_issue_order(SimpleNamespace(plan=None), sched) is None

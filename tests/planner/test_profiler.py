@@ -31,9 +31,9 @@ class FakeTiming:
 
 
 def test_the_injected_timer_prices_every_unit():
-    """profile_model takes the unit forward/backward from `time_unit` (called once
-    per unit kind with that unit's range and the all-saved policy) and measures
-    the rest itself."""
+    """profile_model takes every time from `time_unit`: each unit kind's range with
+    the all-saved policy, then each recompute set that changes the residuals (here
+    mlp_act recomputed), then one layer (units [1, 3)) under `none` and `layer`."""
     cfg = models.get_config("llama2-tiny")
     seen = []
 
@@ -42,10 +42,15 @@ def test_the_injected_timer_prices_every_unit():
         return FakeTiming(0.001 * (len(seen)), 0.002 * len(seen), 0, temp_bytes=64)
 
     run = profile_model(cfg, 16, 1, time_unit=time_unit, reps=1, ops=["mlp_act"])
-    assert [r for r, *_ in seen] == [(0, 1), (1, 2), (2, 3), (cfg.num_units - 1, cfg.num_units)]
-    assert all(pol == "none" and reps == 1 for _, pol, reps, _ in seen) and seen[3][3]
-    assert [u.fwd_time for _, u in run.profile.units] == [0.001, 0.002, 0.003, 0.004]
+    head = (cfg.num_units - 1, cfg.num_units)
+    assert [(r, pol) for r, pol, *_ in seen] == [((0, 1), "none"), ((1, 2), "none"), ((2, 3), "none"),
+                                                  ((2, 3), "mlp_act"), (head, "none"), ((1, 3), "none"),
+                                                  ((1, 3), "layer")]
+    assert all(reps == 1 for _, _, reps, _ in seen) and seen[4][3] and not seen[5][3]
+    assert [u.fwd_time for _, u in run.profile.units] == [0.001, 0.002, 0.003, 0.005]
     assert run.profile.unit("mlp").bwd_time == 0.006
+    assert run.profile.unit("mlp").op("mlp_act").fwd_time == pytest.approx(0.008 - 0.006)
+    assert run.profile.layer_recompute_time == pytest.approx(0.014 - 0.012)
     assert any("XLA scratch 64 B" in n for n in run.notes)                    # the timer's temp bytes
     assert any("engine residual 0 B" in n for n in run.notes)                 # checked against the trace
     with pytest.raises(ProfileError, match="unknown op"):

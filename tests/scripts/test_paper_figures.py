@@ -76,8 +76,8 @@ def test_fig12_throughput(tmp_path, capsys):
 
 def test_fig13_memory(tmp_path):
     rows = _run("fig13_memory", tmp_path, "--families", "gpt3", "--sizes", "28b", "--batches", "16")
-    systems = ("dapple", "dapple_plus", "recomp", "ohp_cmb", "strawman", "obscura")
-    assert sorted({r["system"] for r in rows}) == sorted(systems) and len(rows) == 6 * 8
+    systems = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman", "obscura")
+    assert sorted({r["system"] for r in rows}) == sorted(systems) and len(rows) == 7 * 8
     for r in rows:
         parts = _num(r["weights_gib"]) + _num(r["activations_gib"]) + _num(r["working_gib"])
         assert _num(r["peak_gib"]) == _close(parts)
@@ -88,6 +88,8 @@ def test_fig13_memory(tmp_path):
     for s in range(8):  # same even partition, same weights; DAPPLE keeps the most activations
         assert get[("dapple", s)]["weights_gib"] == get[("dapple_plus", s)]["weights_gib"]
         assert _num(get[("dapple", s)]["activations_gib"]) >= _num(get[("dapple_plus", s)]["activations_gib"])
+        # one checkpoint per layer keeps one input per layer, the unit form two
+        assert _num(get[("dapple_plus_layer", s)]["activations_gib"]) < _num(get[("dapple_plus", s)]["activations_gib"])
     dapple = [_num(get[("dapple", s)]["activations_gib"]) for s in range(7)]
     assert dapple == sorted(dapple, reverse=True)  # 1F1B: stage s holds p - s micro-batches
 

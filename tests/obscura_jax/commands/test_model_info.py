@@ -57,8 +57,8 @@ from tests.obscura_jax.commands import badinput  # noqa: E402
 
 BAD = [
     (["model-info", "nosuch"], "nosuch"),
-    (["model-info", "llama2-tiny", "--seq-len", "0"], "--seq-len must be >= 1"),
-    (["model-info", "llama2-tiny", "--micro-batch", "-1"], "--micro-batch must be >= 1"),
+    (["model-info", "llama2-tiny", "--seq-len", "0"], "seq len must be a positive integer"),
+    (["model-info", "llama2-tiny", "--micro-batch", "-1"], "micro-batch must be a positive integer"),
     (["model-info", "llama2-tiny", "--json", "/proc/i.json"], "--json /proc/i.json: cannot write there"),
     (["model-info"], "obscura model-info: error: the following arguments are required: model"),
     (["model-info", "llama2-tiny", "--attention", "x"], "argument --attention: invalid choice"),

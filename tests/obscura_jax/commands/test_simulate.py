@@ -227,3 +227,20 @@ def test_a_large_gantt_is_rasterised(tmp_path, capsys):
     assert rc == 0 and png.stat().st_size > 1000
     svg = png.with_suffix(".svg").read_text()
     assert "<image" in svg and svg.count("<path") < 200 and len(svg) < 2_000_000
+def test_calibration_and_one_device(tmp_path, capsys):
+    """--calibration adds the fitted terms and says which are assumed; --one-device
+    runs every stage in turn on one device (the one-GPU engine bench)."""
+    from schedules.calibration import Calibration, save_calibration
+
+    cal = tmp_path / "cal.json"
+    save_calibration(Calibration(action_overhead=0.5, optimizer_s_per_byte=0.0, assumed=("link_sharing",)), cal)
+    base = ["--schedule", "1f1b", "--stages", "4", "--microbatches", "8"]
+    rc, out, _ = _run(capsys, *base)
+    assert rc == 0 and "predicted iteration 33 (ideal" in out
+    rc, out, _ = _run(capsys, *base, "--calibration", str(cal))
+    # 1F1B's critical path has 2m + 2(p - 1) = 22 compute actions, each 0.5 longer
+    assert rc == 0 and "predicted iteration 44 (calibrated" in out and "assumed: link_sharing" in out
+    rc, out, _ = _run(capsys, *base, "--one-device")
+    assert rc == 0 and "predicted iteration 96 (ideal" in out        # 4 stages x 8 x (1 + 2)
+    rc, _, err = _run(capsys, *base, "--calibration", str(tmp_path / "none.json"))
+    assert rc == 2 and err.count("\n") == 1 and "none.json" in err

@@ -78,7 +78,7 @@ BASE = ["sweep", "--seq-len", "2048"]
      "global batch 2 is not divisible by DP*micro-batch"),
     (BASE + ["--model", "llama2-13b", "--gpus", "0"], "--gpus must be >= 1"),
     (BASE + ["--model", "llama2-13b", "--gpus", "64", "--global-batch", "0"],
-     "global batch must be a positive integer"),
+     "--global-batch must be >= 1"),
     (BASE + ["--model", "llama2-13b", "--gpus", "64", "--gpu-memory", "lots"],
      "cannot read a memory size from 'lots'"),
     (BASE + ["--model", "llama2-13b", "--gpus", "64", "--policies", "none,half"],

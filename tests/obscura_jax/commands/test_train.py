@@ -106,7 +106,6 @@ BAD = [
     (["--checkpoint-every", "2"], "need --checkpoint-dir"),
     (["--gantt", "/proc/x.png"], "--gantt /proc/x.png: cannot write there"),
     (["--adjusted-policy", "nosuchop"], "unknown recompute op or preset 'nosuchop'"),
-    (["--compute-dtype", "float64"], "argument --compute-dtype: invalid choice"),
     (["--warmup-steps", "-1"], "must be >= 0"),
 ]
 
@@ -165,7 +164,9 @@ def test_issue13_file_inputs(tmp_path, capsys, monkeypatch):
                           (["--plan", "{tmp}/latin1.json"], "is not UTF-8 text"),
                           (["--schedule", "{tmp}/latin1.json"], "is not UTF-8 text"),
                           (["--checkpoint-dir", "{tmp}/ckfile"], "is not a directory"),
-                          (["--json", "{tmp}"], "is a directory")):
+                          (["--json", "{tmp}"], "is a directory"),
+                          (["--compute-dtype", "float64"], "argument --compute-dtype: invalid choice"),
+                          (["--lr", "-1e-3"], "--lr must be > 0")):
         badinput.check(capsys, tmp_path, monkeypatch, BASE + extra + ["--steps", "1"], needle)
 
 

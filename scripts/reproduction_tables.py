@@ -1,0 +1,200 @@
+#!/usr/bin/env python
+"""docs/reproduction.md's tables, rendered from the committed figure CSVs, so the
+doc's numbers are the CSVs' (a block between `<!-- table: NAME -->` and
+`<!-- end table -->` is replaced by table NAME).
+
+    python scripts/reproduction_tables.py            # rewrite the blocks
+    python scripts/reproduction_tables.py --check    # exit 1 if a block is stale (a test runs this)
+
+Tables: fig12 (throughput, both DAPPLE+ baselines and both ceilings, the share of
+each ceiling's gain Obscura reaches), fig13 (per-stage peaks), fig14 (stage times),
+fig16 / fig16_analytic (ablation), calibration (one-GPU engine vs simulator).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+from planner.paper import SYSTEMS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs/reproduction.md"
+FIG = ROOT / "results/figures"
+FAMILY = {"llama2": "Llama-2", "gpt3": "GPT-3"}
+BLOCK = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- end table -->)", re.S)
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _f(v: str, fmt: str = "%.3f") -> str:
+    return "OOM" if v == "" else fmt % float(v)
+
+
+def _vs(r: dict, base: str) -> str:
+    """'1.164x / 1.176x (93%)': Obscura's speedup, the ceiling, the share of its gain."""
+    sp, ceil = r[f"speedup_vs_{base}"], r[f"ceiling_vs_{base}"]
+    if not sp or not ceil:
+        return "-"
+    share = (float(sp) - 1) / (float(ceil) - 1) if float(ceil) > 1 else float("nan")
+    return f"{float(sp):.3f}x / {float(ceil):.3f}x ({100 * share:.0f}%)"
+
+
+def _plan(r: dict) -> str:
+    if not r["obscura_adjusted"]:
+        return "no stage adjusted"
+    stages = r["obscura_adjusted"].split()
+    span = stages[0] if len(stages) == 1 else f"{stages[0]}-{stages[-1]}"
+    return f"stages {span} adjusted, {r['order']} order"
+
+
+def fig12_table() -> str:
+    rows = [r for r in _rows(FIG / "fig12_throughput.csv") if r["memory_limit_gib"] == "80"]
+    analytic = {name: {(r["model"], r["global_batch"]): r for r in _rows(FIG / name / "fig12_throughput.csv")
+                       if r["system"] == "obscura" and r["memory_limit_gib"] == "80"}
+                for name in ("analytic_h200", "analytic_a100")}
+    head = ("| model | GBS | DAPPLE | DAPPLE+ unit | DAPPLE+ layer | OHP-CMB | Strawman | Obscura | "
+            "vs unit: speedup / ceiling (share of gain) | vs layer: speedup / ceiling (share) | paper | "
+            "Obscura's plan | analytic H200 vs unit | analytic A100 vs unit |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    cases = sorted({(r["family"], r["model"], int(r["global_batch"])) for r in rows},
+                   key=lambda c: (list(FAMILY).index(c[0]), c[1], c[2]))
+    for fam, model, gbs in cases:
+        by = {r["system"]: r for r in rows if r["model"] == model and int(r["global_batch"]) == gbs}
+        ob = by["obscura"]
+        paper = (f"{float(ob['paper_speedup_low']):.2f}-{float(ob['paper_speedup_high']):.2f}x"
+                 if ob["paper_speedup_low"] else "-")
+        an = [analytic[n].get((model, str(gbs))) for n in ("analytic_h200", "analytic_a100")]
+        an_text = [f"{float(a['speedup_vs_dapple_plus']):.3f}x" if a and a["speedup_vs_dapple_plus"] else "-"
+                   for a in an]
+        size = model.split("-")[1].upper()
+        out.append(f"| {FAMILY[fam]} {size} | {gbs} | " + " | ".join(
+            _f(by[s]["samples_per_s"]) for s in ("dapple", "dapple_plus", "dapple_plus_layer", "ohp_cmb",
+                                                  "strawman", "obscura"))
+            + f" | {_vs(ob, 'dapple_plus')} | {_vs(ob, 'dapple_plus_layer')} | {paper} | {_plan(ob)} | "
+            + " | ".join(an_text) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _fig16(path: Path) -> str:
+    """Per model and step: speedup over DAPPLE+ (unit / layer) per GBS, [adjusted stages],
+    * = the step's best runs the strawman's or Recomp's own order."""
+    rows = _rows(path)
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cell = [r for r in rows if r["model"] == model]
+        batches = sorted({int(r["global_batch"]) for r in cell})
+        out += [f"| {model}: unit / layer | " + " | ".join(f"GBS {b}" for b in batches) + " |",
+                "|---|" + "---|" * len(batches)]
+        for step in dict.fromkeys(r["step"] for r in cell):
+            mine = {int(r["global_batch"]): r for r in cell if r["step"] == step}
+            cells = []
+            for b in batches:
+                r = mine.get(b)
+                if r is None or not r["speedup_vs_dapple_plus"]:
+                    cells.append("-")
+                    continue
+                star = "*" if step not in ("ceiling", "strawman") and r["order"] in ("strawman", "recomp") else ""
+                adj = f" [{r['adjusted'].replace(' ', ',')}]" if r["adjusted"] else ""
+                cells.append(f"{float(r['speedup_vs_dapple_plus']):.3f} / "
+                             f"{float(r['speedup_vs_dapple_plus_layer']):.3f}{adj}{star}")
+            out.append(f"| {next(iter(mine.values()))['label']} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def fig16_table() -> str:
+    return _fig16(FIG / "fig16_ablation.csv")
+
+
+def fig16_analytic_table() -> str:
+    return _fig16(FIG / "analytic_h200/fig16_ablation.csv")
+
+
+def fig13_table() -> str:
+    """Predicted peak GiB per stage and system (bold: over the limit)."""
+    rows = _rows(FIG / "fig13_memory.csv")
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cell = [r for r in rows if r["model"] == model]
+        stages = sorted({int(r["stage"]) for r in cell})
+        out += [f"| {model} | " + " | ".join(f"s{s}" for s in stages) + " |", "|---|" + "---|" * len(stages)]
+        for system in dict.fromkeys(r["system"] for r in cell):
+            peaks = {int(r["stage"]): r for r in cell if r["system"] == system}
+            out.append(f"| {SYSTEMS.get(system, system)} | " + " | ".join(
+                (f"**{float(peaks[s]['peak_gib']):.1f}**" if peaks[s]["fits"] == "False"
+                 else f"{float(peaks[s]['peak_gib']):.1f}") for s in stages) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def fig14_table() -> str:
+    rows = _rows(FIG / "fig14_stage_time.csv")
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cell = [r for r in rows if r["model"] == model]
+        out += [f"| {model} | iteration | stage 0 compute (of it recompute) | stage 0 bubble | last stage compute "
+                "| last stage bubble | sum of compute | sum of bubbles |", "|---|---|---|---|---|---|---|---|"]
+        for system in dict.fromkeys(r["system"] for r in cell):
+            st = sorted((r for r in cell if r["system"] == system), key=lambda r: int(r["stage"]))
+            f = lambda r, k: float(r[k])  # noqa: E731
+            out.append(f"| {SYSTEMS.get(system, system)} | {f(st[0], 'makespan_s'):.3f} s | {f(st[0], 'compute_s'):.3f} "
+                       f"({f(st[0], 'recompute_s'):.3f}) s | {f(st[0], 'bubble_s'):.3f} s | {f(st[-1], 'compute_s'):.3f} s "
+                       f"| {f(st[-1], 'bubble_s'):.3f} s | {sum(f(r, 'compute_s') for r in st):.2f} s | "
+                       f"{sum(f(r, 'bubble_s') for r in st):.2f} s |")
+        out.append("")
+    return "\n".join(out)
+
+
+def calibration_table() -> str:
+    """The one-GPU engine runs against the calibrated simulation (results/h200/calibration.json)."""
+    cal = json.loads((ROOT / "results/h200/calibration.json").read_text())
+    out = ["| run | measured | ideal simulation | calibrated simulation | measured / calibrated |",
+           "|---|---|---|---|---|"]
+    for r in cal["fit"]:
+        out.append(f"| {r['run']} | {r['measured_s']:.4f} s | {r['ideal_s']:.4f} s | {r['calibrated_s']:.4f} s | "
+                   f"{r['measured_over_calibrated']:.3f} |")
+    out.append(f"\nFitted: launch overhead {cal['action_overhead'] * 1e6:.1f} us per action, optimizer "
+               f"{cal['optimizer_s_per_byte'] * 1e12:.3f} s per TB of weight state; assumed: "
+               f"{', '.join(cal['assumed']) or 'none'} (link sharing {cal['link_sharing']:g}).")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"fig12": fig12_table, "fig13": fig13_table, "fig14": fig14_table, "fig16": fig16_table,
+          "fig16_analytic": fig16_analytic_table, "calibration": calibration_table}
+
+
+def render(doc: str) -> str:
+    def fill(m):
+        name = m.group(2)
+        if name not in TABLES:
+            raise SystemExit(f"docs/reproduction.md names unknown table {name!r} (known: {', '.join(TABLES)})")
+        return m.group(1) + TABLES[name]() + m.group(4)
+    return BLOCK.sub(fill, doc)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/reproduction.md's tables are stale")
+    args = ap.parse_args(argv)
+    doc = DOC.read_text()
+    new = render(doc)
+    if args.check:
+        if new != doc:
+            print("docs/reproduction.md: tables are stale; run python scripts/reproduction_tables.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

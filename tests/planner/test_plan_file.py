@@ -1,0 +1,42 @@
+"""planner.plan_file: the plan JSON round-trips and bad files are refused in one line."""
+import json
+
+import pytest
+
+from planner.errors import PlanError
+from planner.plan import make_plan
+from planner.plan_file import load_plan, plan_from_json, plan_to_schedule, save_plan
+from schedules import validate
+from tests.planner.test_plan import P, PROF, floor_limit
+
+
+def test_plan_file_round_trip_and_bad_files(tmp_path):
+    plan = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3))
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    assert load_plan(path) == plan
+    d = json.loads(path.read_text())
+    assert set(d) == {"format", "num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
+                      "predicted_iteration_time", "baselines", "model", "num_layers", "seq_len",
+                      "micro_batch", "param_dtype", "compute_dtype", "device", "profile", "profile_sha256",
+                      "family", "virtual_stages", "issue_order"} | (
+                          {"stage_to_device", "device_rows"} if plan.device_rows else set())
+    # every action once, in an order the schedule's dependencies allow (train --plan issues in it)
+    sched = plan_to_schedule(plan)
+    assert sorted(d["issue_order"]) == sorted(a.long for row in sched.rows for a in row)
+    assert d["issue_order"][0] == "0F0"
+    assert set(d["baselines"]) == {"dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman",
+                                   "interleaved_full", "zb_h1_full"}
+    for mutate, needle in [(lambda d: d.update(format="x"), "not an obscura-plan/1"),
+                           (lambda d: d["stages"][1].update(units=[6, 9]), "starts at unit"),
+                           (lambda d: d["stages"].pop(), "stages for num_stages"),
+                           (lambda d: d["stages"][0].update(swap_fraction=2), "swap_fraction"),
+                           (lambda d: d.update(schedule="zigzag"), "unknown")]:
+        bad = json.loads(path.read_text())
+        mutate(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(PlanError, match=needle):
+            load_plan(tmp_path / "bad.json")
+    # without recorded orders the generator's default order is used
+    d["stages"] = [{k: v for k, v in st.items() if k != "actions"} for st in d["stages"]]
+    validate(plan_to_schedule(plan_from_json(d)))
