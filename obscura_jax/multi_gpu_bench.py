@@ -147,10 +147,12 @@ def auto_memory_limit(profile, stages: int, microbatches: int) -> int:
 
 
 def make_plans(shape: BenchShape, out: Path, memory_limit: str | None = None,
-               reference: Path | None = None, log=print) -> dict:
+               reference: Path | None = None, families: bool = False, log=print) -> dict:
     """The plan step: plans/plan_m<m>.json for every m, and plans/plans.json (limits,
     predictions, the profile's scaling). memory_limit: a size ("20GiB") for every m,
-    or None for auto_memory_limit."""
+    or None for auto_memory_limit. families: let the planner pick Obscura on other
+    schedule families too (interleaved, ZB-H1); off, the plan is the paper's Obscura
+    on 1F1B, the configuration the issue compares with DAPPLE+."""
     from planner.errors import InfeasibleError  # lazy (these three): the planner loads JAX and OR-Tools
     from planner.plan import plan_search, save_plan
     from planner.profile import save_profile
@@ -159,24 +161,25 @@ def make_plans(shape: BenchShape, out: Path, memory_limit: str | None = None,
     (out / "plans").mkdir(parents=True, exist_ok=True)
     save_profile(prof, out / "plans" / "profile.json")
     summary = {"model": prof.model, "layers": prof.num_layers, "seq_len": prof.seq_len, "device": prof.device,
-               "scales": scales, "plans": {}}
+               "scales": scales, "families": families, "plans": {}}
     for m in shape.microbatches:
         limit = memory_limit or auto_memory_limit(prof, shape.stages, m)
         try:
-            res = plan_search(prof, shape.stages, m, limit, profile_path=out / "plans" / "profile.json")
+            res = plan_search(prof, shape.stages, m, limit, profile_path=out / "plans" / "profile.json",
+                              families=families)
         except InfeasibleError as e:
             if memory_limit or not e.smallest_feasible_limit:
                 raise
             # auto: the spread of 1F1B peaks is below what the stages need (a tiny model)
             log(f"m={m}: {e}; planning at that limit")
             res = plan_search(prof, shape.stages, m, e.smallest_feasible_limit,
-                              profile_path=out / "plans" / "profile.json")
+                              profile_path=out / "plans" / "profile.json", families=families)
         path = out / "plans" / f"plan_m{m}.json"
         save_plan(res.plan, path)
         plan = res.plan
         base = dict(plan.baselines)
         summary["plans"][str(m)] = {
-            "path": str(path), "memory_limit": plan.memory_limit, "adjusted": list(plan.adjusted_stages),
+            "path": str(path), "schedule": plan.schedule, "memory_limit": plan.memory_limit, "adjusted": list(plan.adjusted_stages),
             "swap_blocks": [st.swap_blocks for st in plan.stages],
             "recompute": [list(st.recompute) for st in plan.stages],
             "predicted_iteration_time": plan.predicted_iteration_time, "baselines": base,

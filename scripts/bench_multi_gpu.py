@@ -19,11 +19,14 @@ gantt/<label>.png, status_<UTC time>.json. report: bench_multi_gpu.json and tabl
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from obscura_jax import multi_gpu_bench as mgb
 from obscura_jax.cli import run_command
+from obscura_jax.errors import UsageError
 from obscura_jax.multi_gpu_report import report
+from schedules.jsonio import write_json_atomic
 
 
 def main(argv=None) -> int:
@@ -37,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-limit", default=None,
                     help="plan: per-GPU limit (e.g. 20GiB); default: halfway between the 1F1B peaks of "
                          "stages p/2-1 and p/2, so the early stages must recompute")
+    ap.add_argument("--families", action="store_true",
+                    help="plan: let the planner run Obscura on other schedule families (interleaved, ZB-H1); "
+                         "default: Obscura on 1F1B, as the paper compares it with DAPPLE+")
     ap.add_argument("--reference", default=mgb.ONE_GPU_REFERENCE,
                     help="one-GPU bench_engine.py results of the same shape: plan scales F/B to them, "
                          "report shows their swap figures; 'none' for neither")
@@ -56,12 +62,12 @@ def shape_of(args) -> mgb.BenchShape:
     try:
         factors = tuple(int(f) for f in args.factors.split(","))
     except ValueError:
-        raise mgb.UsageError(f"--factors must be a comma list of integers, got {args.factors!r}") from None
+        raise UsageError(f"--factors must be a comma list of integers, got {args.factors!r}") from None
     if args.cpu_smoke:
         shape = mgb.smoke_shape(args.processes or 2, factors)
     else:
         shape = mgb.BenchShape(stages=args.gpus, factors=factors, processes=args.processes)
-    return shape if args.steps is None else mgb.replace(shape, steps=args.steps)
+    return shape if args.steps is None else replace(shape, steps=args.steps)
 
 
 def bench(args) -> int:
@@ -70,17 +76,17 @@ def bench(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     reference = None if args.reference == "none" or args.cpu_smoke else Path(args.reference)
     if args.step in ("plan", "all"):
-        mgb.make_plans(shape, out, args.memory_limit, reference)
+        mgb.make_plans(shape, out, args.memory_limit, reference, args.families)
     if args.step in ("run", "all"):
         plans = Path(args.plans) if args.plans else out / "plans"
         if not (plans / "plans.json").exists():
-            raise mgb.UsageError(f"no plans in {plans}: run the plan step first (see --help)")
+            raise UsageError(f"no plans in {plans}: run the plan step first (see --help)")
         if plans.resolve() != (out / "plans").resolve():
             mgb.copy_plans(plans, out / "plans")
         status = mgb.run_all(mgb.run_configs(shape, out / "plans"), out, args.timeout, args.deadline,
                              args.runs.split(",") if args.runs else None)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())   # one file per call: merged folders keep all
-        mgb.write_json_atomic(out / f"status_{stamp}.json", status)
+        write_json_atomic(out / f"status_{stamp}.json", status)
         for label, line in status.items():
             print(f"{label:24s} {line}")
     if args.step in ("run", "report", "all"):

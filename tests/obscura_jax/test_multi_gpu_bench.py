@@ -81,6 +81,7 @@ def test_committed_gpu_runs_resolve_as_obscura_train_would(gpus):
     shape = mgb.BenchShape(stages=gpus)
     for label, argv in mgb.run_configs(shape, root).items():
         args = build_parser().parse_args(["train", *argv])
+        args.schedule = args.schedule or "1f1b"      # as obscura_jax/commands/train.py's run() does
         fill_defaults(args, plan_preset(args.plan))
         run = run_config(args)
         cfg = run.model_config()
