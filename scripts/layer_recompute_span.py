@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from obscura_jax.cli import run_command
+from obscura_jax.errors import UsageError
 
 
 def main(argv=None) -> int:
@@ -23,18 +24,29 @@ def main(argv=None) -> int:
     ap.add_argument("--spans", default="1,2,5", help="layers per program, comma list")
     ap.add_argument("--out", required=True, help="folder for diag_layer.json")
     args = ap.parse_args(argv)
-    return run_command("layer_recompute_span", lambda: run(args))
+    return run_command("layer_recompute_span", lambda: run(args, parse_spans(args.spans)))
 
 
-def run(args) -> int:
-    import jax   # lazy: argument errors answer without starting JAX
+def parse_spans(text: str) -> list[int]:
+    try:
+        spans = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--spans must be a comma list of whole numbers, got {text!r}") from None
+    if not spans or min(spans) < 1:
+        raise UsageError(f"--spans must be >= 1 each, got {text!r}")
+    return spans
 
+
+def run(args, spans: list[int]) -> int:
+    # lazy: argument errors answer without starting JAX
+    import jax
     import models
     from obscura_jax.layer_yardstick import layer_yardstick
     from obscura_jax.measure import CostTiming, time_unit_program
     from planner.profiler import _inputs
     cfg = models.get_config(args.model)
-    spans = [int(s) for s in args.spans.split(",")]
+    if max(spans) > cfg.num_layers:
+        raise UsageError(f"--spans {args.spans}: {cfg.name} has {cfg.num_layers} layers")
     dev = jax.devices()[0]
     out = {}
     for n in spans:
