@@ -92,6 +92,8 @@ BAD = [
     (["--swap-fraction", "1.5"], "swap"),
     (["--resume"], "--checkpoint-dir"),
     (["--schedule", "1f1b", "--plan", "/nonexistent/plan.json"], "not found"),
+    (["--schedule", "interleaved", "--virtual-stages", "0"], "--virtual-stages"),
+    (["--schedule", "1f1b", "--virtual-stages", "2"], "virtual"),
 ]
 
 
