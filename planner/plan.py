@@ -12,10 +12,8 @@ Planning (spec section 8), all on one profile:
 5. the baselines, simulated the same way (planner.baselines); if one that fits
    simulates faster than the searched configuration, the plan is that baseline
    (PlanResult.source says which; with realistic profiles the search wins);
-6. the schedule family (planner.families): interleaved (V = 2, 4) and ZB-H1, plain
-   and with Obscura's settings from step 3-4 on them; the fastest that fits wins.
-   The plan records its `family` and `virtual_stages`; a plan with several stages
-   per device also records `stage_to_device` and the devices' rows.
+6. the schedule family (planner.families: interleaved V = 2/4, ZB-H1, plain or with
+   Obscura on them): the fastest that fits wins; the plan records family and V.
 If no configuration fits, InfeasibleError names the smallest limit that would.
 A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
 seq_len, micro_batch, dtypes, device, profile file and sha256).
@@ -132,9 +130,7 @@ class Plan:
         object.__setattr__(self, "stage_to_device", tuple(int(d) for d in self.stage_to_device))
         object.__setattr__(self, "device_rows", tuple(tuple(r) for r in self.device_rows))
 
-    @property
-    def num_devices(self) -> int:
-        return self.num_stages // self.virtual_stages
+    num_devices = property(lambda self: self.num_stages // self.virtual_stages)
 
     @property
     def family(self) -> str:
