@@ -46,6 +46,7 @@ class RunConfig:
     policy: str = "none"               # base policy of non-adjusted stages
     swap_blocks: int = 0
     swap_fraction: float = 0.0
+    virtual_stages: int | None = None  # interleaved: model chunks per device (None: the generator's 2)
     steps: int = 3
     seed: int = 0
     micro_batch_size: int = 2
@@ -83,6 +84,8 @@ class RunConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise UsageError(f"--{name} must be >= 1, got {v}")
+        if self.virtual_stages is not None and self.virtual_stages < 1:
+            raise UsageError(f"--virtual-stages must be >= 1, got {self.virtual_stages}")
         if self.swap_blocks < 0:
             raise UsageError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
         if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):
@@ -129,10 +132,14 @@ class RunConfig:
             if self.schedule not in schedules.SCHEDULES:
                 raise UsageError(f"unknown schedule {self.schedule!r}; choose from "
                                  f"{', '.join(schedules.SCHEDULES)} or give a schedule JSON file")
-            schedule = schedules.generate(
-                self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
-                recompute=self.adjusted_policy, swap_blocks=self.swap_blocks,
-                swap_fraction=self.swap_fraction)
+            chunks = {} if self.virtual_stages is None else {"virtual_stages": self.virtual_stages}
+            try:
+                schedule = schedules.generate(
+                    self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
+                    recompute=self.adjusted_policy, swap_blocks=self.swap_blocks,
+                    swap_fraction=self.swap_fraction, **chunks)
+            except schedules.ScheduleError as e:
+                raise UsageError(str(e)) from None
             partition = None
         validate(schedule)
         if partition is None:

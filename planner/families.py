@@ -13,9 +13,9 @@ bubbles). On each, the planner simulates
                 keeps them as they are (stage s is device s, its partition too);
                 interleaved carries device d's set to each of its chunks, on the
                 even partition into p * V chunks, without swapping (and, as a
-                fallback, with full recompute on the adjusted chunks, on the
-                other devices' chunks, or on every chunk; ZB-H1 likewise without
-                swaps, full recompute on its adjusted stages or on every stage)
+                fallback, with full recompute on the other devices' chunks, or on
+                every chunk; ZB-H1 likewise, without swaps, with full recompute on
+                its adjusted stages or on every stage)
 
 and keeps the fastest that fits (`choose`). Every candidate is judged by the same
 simulator, costs (planner.costs) and memory accounting (schedules.memory), per
@@ -129,9 +129,6 @@ def candidates(setting: Setting, even: Partition, searched: Evaluation | None) -
             rec = tuple(base.recompute[s % p] for s in range(n))
             out[f"obscura_interleaved_v{v}"] = Config("obscura-interleaved", part, adj, rec, (0,) * n,
                                                       virtual_stages=v)
-            full = tuple(frozenset({FULL}) if s in adj else rec[s] for s in range(n))
-            out[f"obscura_interleaved_v{v}_full"] = Config("obscura-interleaved", part, adj, full, (0,) * n,
-                                                           virtual_stages=v)
             # chunks hold more than 1F1B's stages: the other devices recompute fully too
             every = tuple(rec[s] if s in adj else frozenset({FULL}) for s in range(n))
             out[f"obscura_interleaved_v{v}_rest_full"] = Config("obscura-interleaved", part, tuple(range(n)),
@@ -143,8 +140,6 @@ def candidates(setting: Setting, even: Partition, searched: Evaluation | None) -
             out[f"zb_h1_{label}"] = _uniform("zb-h1", even, r)
     if k >= 0:
         out["obscura_zb_h1"] = replace(base, schedule="obscura-zb-h1", order=None)
-        out["obscura_zb_h1_noswap"] = replace(base, schedule="obscura-zb-h1", order=None,
-                                              swap_blocks=(0,) * p, beta=0.0)
         full = tuple(frozenset({FULL}) if s in base.adjusted else base.recompute[s] for s in range(p))
         out["obscura_zb_h1_full"] = replace(base, schedule="obscura-zb-h1", order=None, recompute=full,
                                             swap_blocks=(0,) * p, beta=0.0)

@@ -12,7 +12,8 @@ Per (stage, micro-batch) block on the device (residuals, "activations"):
 Inbox (what the device received but has not consumed yet, as the engine's ledger
 counts it): the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x),
 and the gradient of B/I(s, x) from the start of the backward-input step of (s+1, x) to
-the start of B/I(s, x) (StageCosts.boundary_bytes each).
+the start of B/I(s, x), or to the end of W(s, x) when there is one: the split
+backward's W needs that gradient again (StageCosts.boundary_bytes each).
 At equal times frees come before allocations (a stream frees before it reuses).
 
 `peak_activation_bytes` is the peak of the blocks alone; `peak_held_bytes` of blocks
@@ -132,6 +133,7 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
         events.append((t, 0 if total < prev else 1, total - prev))
         prev = total
     start = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
+    w_end = {(o.stage, o.microbatch): o.end for o in ops if o.kind == Kind.W}
     for s in sorted({o.stage for o in ops}):
         st = memory[s]
         for x in sorted({o.microbatch for o in ops if o.stage == s}):
@@ -141,9 +143,9 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
             if s < num_stages - 1:
                 up = _backward_input_start(all_starts, s + 1, x)
                 mine = _backward_input_start(start, s, x)
-                if up is not None and mine is not None:
+                if up is not None and mine is not None:   # a split backward keeps dy until W
                     events.append((up, 1, st.inbox_grad))
-                    events.append((mine, 0, -st.inbox_grad))
+                    events.append((w_end.get((s, x), mine), 0, -st.inbox_grad))
     events.sort(key=lambda e: (e[0], e[1]))
     level = peak = 0.0
     for _, _, delta in events:

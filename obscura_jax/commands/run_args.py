@@ -60,6 +60,9 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--adjusted-policy", default="full", metavar="NAME|ops",
                    help="recompute set of adjusted stages: full (per unit), layer (per transformer layer, "
                         "DAPPLE+ as the paper runs it) or ops (default full)")
+    g.add_argument("--virtual-stages", type=int, default=None, metavar="V",
+                   help="model chunks per device of interleaved / obscura-interleaved (default 2): "
+                        "--stages devices run stages x V model stages")
     g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
                    help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "
                         "else one emulated CPU device per stage)")
@@ -182,6 +185,7 @@ def run_config(args, **overrides) -> RunConfig:
         schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),
         adjusted_policy=tuple(t for t in args.adjusted_policy.split(",") if t),
         policy=args.policy, swap_blocks=getattr(args, "swap_blocks", 0),
+        virtual_stages=getattr(args, "virtual_stages", None),
         swap_fraction=getattr(args, "swap_fraction", 0.0), steps=args.steps, seed=args.seed,
         micro_batch_size=args.micro_batch_size, seq_len=args.seq_len, data=args.data,
         data_dtype=args.dtype, plan=getattr(args, "plan", None),

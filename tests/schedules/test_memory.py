@@ -55,6 +55,16 @@ def test_inbox_counts_what_arrived_but_is_not_consumed():
     assert tl.stages[0].peak_activation_bytes == 1.0
 
 
+def test_a_split_backward_keeps_the_received_gradient_until_w():
+    """Stage 0's I0 consumes the gradient at 5, but W0 (7..8) needs it again: the
+    engine keeps dy until W, so does the accounting (with a fused B it would go at 5)."""
+    ops = _ops((0, "F0", 0, 1), (1, "F0", 1, 2), (1, "I0", 2, 3), (1, "W0", 3, 4), (0, "I0", 5, 6),
+               (0, "F1", 6, 7), (0, "W0", 7, 8), (0, "I1", 8, 9), (0, "W1", 9, 10))
+    mem = [StageMemory(kept=1.0, inbox_grad=5.0), StageMemory(kept=1.0)]
+    tl = Timeline.from_ops(2, ops, memory=mem)
+    assert tl.stages[0].peak_held_bytes == 2.0 + 5.0              # blocks 0 and 1 at 6..7, dy of 0 kept
+
+
 def test_a_device_holds_the_blocks_of_all_its_stages():
     s = generate("zb-v", 2, 4)
     costs = StageCosts.uniform(4, 1, 2, 0, act_bytes=(1.0, 10.0, 100.0, 1000.0))

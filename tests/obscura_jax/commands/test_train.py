@@ -107,6 +107,8 @@ BAD = [
     (["--gantt", "/proc/x.png"], "--gantt /proc/x.png: cannot write there"),
     (["--adjusted-policy", "nosuchop"], "unknown recompute op or preset 'nosuchop'"),
     (["--warmup-steps", "-1"], "must be >= 0"),
+    (["--schedule", "interleaved", "--virtual-stages", "0"], "--virtual-stages"),
+    (["--schedule", "1f1b", "--virtual-stages", "2"], "virtual"),
 ]
 
 
