@@ -33,7 +33,8 @@ class FakeTiming:
 def test_the_injected_timer_prices_every_unit():
     """profile_model takes every time from `time_unit`: each unit kind's range with
     the all-saved policy, then each recompute set that changes the residuals (here
-    mlp_act recomputed), then one layer (units [1, 3)) under `none` and `layer`."""
+    mlp_act recomputed), then min(LAYER_SPAN, layers) layers under `none` and `layer`
+    (llama2-tiny: all 4, units [1, 9)), priced per layer."""
     cfg = models.get_config("llama2-tiny")
     seen = []
 
@@ -44,13 +45,13 @@ def test_the_injected_timer_prices_every_unit():
     run = profile_model(cfg, 16, 1, time_unit=time_unit, reps=1, ops=["mlp_act"])
     head = (cfg.num_units - 1, cfg.num_units)
     assert [(r, pol) for r, pol, *_ in seen] == [((0, 1), "none"), ((1, 2), "none"), ((2, 3), "none"),
-                                                  ((2, 3), "mlp_act"), (head, "none"), ((1, 3), "none"),
-                                                  ((1, 3), "layer")]
+                                                  ((2, 3), "mlp_act"), (head, "none"), ((1, 9), "none"),
+                                                  ((1, 9), "layer")]
     assert all(reps == 1 for _, _, reps, _ in seen) and seen[4][3] and not seen[5][3]
     assert [u.fwd_time for _, u in run.profile.units] == [0.001, 0.002, 0.003, 0.005]
     assert run.profile.unit("mlp").bwd_time == 0.006
     assert run.profile.unit("mlp").op("mlp_act").fwd_time == pytest.approx(0.008 - 0.006)
-    assert run.profile.layer_recompute_time == pytest.approx(0.014 - 0.012)
+    assert run.profile.layer_recompute_time == pytest.approx((0.014 - 0.012) / 4)
     assert any("XLA scratch 64 B" in n for n in run.notes)                    # the timer's temp bytes
     assert any("engine residual 0 B" in n for n in run.notes)                 # checked against the trace
     with pytest.raises(ProfileError, match="unknown op"):
