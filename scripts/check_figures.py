@@ -39,6 +39,7 @@ CHECKS = (
     (f"{FIGURES}/analytic_a100/fig12_throughput.csv", "fig12_throughput",
      ["--analytic", "A100-80GB", "--h200-limit", "none"],
      ["--analytic", "A100-80GB", "--h200-limit", "none", "--families", "llama2", "--sizes", "18b", "--batches", "16"]),
+    (f"{FIGURES}/fig_zoo.csv", "fig_zoo", [], ["--families", "llama2", "--batches", "16"]),
 )
 
 
