@@ -35,7 +35,7 @@ def test_a_held_lock_refuses_a_second_holder_naming_the_first(tmp_path):
 
 def test_a_dead_holders_record_is_taken_over_with_one_warning(tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead.wait(timeout=60)
     import socket
     (tmp_path / ".obscura.lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(),
                                                         "started": "then"}))

@@ -97,7 +97,7 @@ def test_simulate_never_imports_jax():
     code = ("import sys; from obscura_jax.cli import main; "
             "main(['simulate','--schedule','obscura','--stages','4','--microbatches','8','--adjusted','1']); "
             "import schedules.gantt; assert 'jax' not in sys.modules, 'jax imported'")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
 
