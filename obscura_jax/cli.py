@@ -23,6 +23,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 import traceback
 from typing import Callable
 
@@ -111,6 +112,16 @@ def error_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def exit_if_workers_stuck(code: int) -> None:
+    """A stage worker still inside an XLA call past its grace (cannot be woken) would
+    crash interpreter finalization (SIGSEGV): leave at once instead. Outputs are
+    safe: every file is written whole-or-not-at-all and the cleanups already ran."""
+    if any(t.name.startswith("obscura-worker") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """body() -> exit code. An ObscuraError or OSError is bad input: one line
     `<prog>: error: ...`, exit 2. Anything else is a bug: traceback, a line asking
@@ -119,6 +130,7 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
         return int(body() or 0)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
+        exit_if_workers_stuck(130)
         return 130
     except (ObscuraError, OSError) as e:
         if os.environ.get("OBSCURA_DEBUG"):

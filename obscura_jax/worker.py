@@ -182,12 +182,24 @@ def run_threads(bodies: list, on_error, grace: float = 10.0) -> BaseException | 
                for i, b in enumerate(bodies)]
     for t in threads:
         t.start()
-    for t in threads:
-        while t.is_alive() and not failed.is_set():
-            t.join(0.5)
-    if failed.is_set():
-        deadline = time.monotonic() + grace
+    try:
         for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and not failed.is_set():
+                t.join(0.5)
+    except KeyboardInterrupt:
+        # Ctrl-C lands here: the workers must leave XLA before the interpreter
+        # finalizes, or the process dies of SIGSEGV instead of exiting 130
+        on_error()
+        _join(threads, grace)
+        raise
+    if failed.is_set():
+        _join(threads, grace)
     real = [e for e in errors if not isinstance(e, StepAborted)]
     return (real or errors or [None])[0]
+
+
+def _join(threads: list, grace: float) -> None:
+    """Wait for every thread, `grace` seconds in all."""
+    deadline = time.monotonic() + grace
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))

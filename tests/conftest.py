@@ -1,10 +1,36 @@
-"""Emulate 8 CPU devices before any test imports JAX; skip GPU tests without a GPU."""
+"""Emulate 8 CPU devices before any test imports JAX, with one compilation cache for
+the run; skip GPU tests without a GPU."""
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_ENABLE_X64", "0")
 
+
+def _share_compiled_programs() -> None:
+    """One persistent JAX compilation cache for the whole run (every xdist worker and
+    every process a test spawns inherit the variable): the suite compiles the same
+    tiny stage programs in many tests and subprocesses, and compiling is most of its
+    CPU time. A fresh directory per run (removed at the end); a cache the caller
+    set is used as is."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    import tempfile
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="obscura-test-jax-cache-")
+    os.environ["OBSCURA_TEST_OWN_JAX_CACHE"] = "1"
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+_share_compiled_programs()
+
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    """The controller (not an xdist worker) removes the cache it made."""
+    if os.environ.get("OBSCURA_TEST_OWN_JAX_CACHE") and "PYTEST_XDIST_WORKER" not in os.environ:
+        import shutil
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def _has_gpu() -> bool:

@@ -64,7 +64,10 @@ def test_only_complete_steps_are_left_and_resume_continues_the_curve(killed, tmp
     done = committed_steps(ck)
     assert done and done[-1] >= 2
     # a save cut short stays a temporary directory, never a step directory
-    assert all(p.name.isdigit() or "orbax-checkpoint-tmp" in p.name for p in ck.iterdir()), list(ck.iterdir())
+    # (beside them: the metrics log and the lock file, both plain files)
+    assert all(p.name.isdigit() or "orbax-checkpoint-tmp" in p.name for p in ck.iterdir() if p.is_dir()), \
+        list(ck.iterdir())
+    assert {p.name for p in ck.iterdir() if not p.is_dir()} <= {"metrics.jsonl", ".obscura.lock"}, list(ck.iterdir())
     last = done[-1]
     out = tmp_path / "resumed.json"
     rc, text = run(["train", *TINY, "--processes", "4", "--steps", str(last + 2), "--resume",
