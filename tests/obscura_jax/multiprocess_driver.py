@@ -1,8 +1,9 @@
 """One process of a multi-process test run (started by obscura_jax.launch.launch_local
 with command `python -m tests.obscura_jax.multiprocess_driver`): trains every case of
-numerics_cases.CASES (or, with `zoo`, MP_ZOO_CASES: chunks per device and the split
-backward) in turn on its share of the stages, and process 0 writes each case's losses
-and gathered final params to OUT/case<i>.pkl (plus the clock offsets).
+numerics_cases.CASES on llama2-tiny (or, with `zoo`, MP_ZOO_CASES: chunks per device
+and the split backward, each case naming its model) in turn on its share of the
+stages, and process 0 writes each case's losses and gathered final params to
+OUT/case<i>.pkl (plus the clock offsets).
 
     python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS [zoo]
 """
@@ -19,8 +20,8 @@ from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 def body(group, out: str, cases) -> int:
     offsets = group.gather("clock-offsets", group.clock_offset)
-    for i, (schedule, kw) in enumerate(cases):
-        outcome = train(run_config("llama2-tiny", schedule, **kw), lambda p: place_across_processes(p, "cpu"),
+    for i, (model, schedule, kw) in enumerate(cases):
+        outcome = train(run_config(model, schedule, **kw), lambda p: place_across_processes(p, "cpu"),
                         log=lambda *_: None, group=group)
         params = gather_params(outcome, group)
         stages = [d.process_index for d in outcome.pipeline.placement.devices]
@@ -34,7 +35,7 @@ def body(group, out: str, cases) -> int:
 
 def main(argv: list[str]) -> int:
     out, per_process = argv[0], int(argv[1])
-    cases = MP_ZOO_CASES if argv[2:] == ["zoo"] else CASES
+    cases = MP_ZOO_CASES if argv[2:] == ["zoo"] else [("llama2-tiny", n, k) for n, k in CASES]
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
     return run_distributed(spec, lambda group: body(group, out, cases))
 
