@@ -31,7 +31,9 @@ from planner.memory_model import resident_blocks
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
-from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate, simulate
+from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate
+from schedules.simulator import op_times, stage_memory
+from schedules.timeline import OpRecord
 from schedules.generators.common import assemble
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 
@@ -100,12 +102,18 @@ def recompute_names(recompute: frozenset[str], op_order: Sequence[str]) -> tuple
 def with_swaps(name: str, num_microbatches: int, rows, adjusted: Sequence[int], swap_blocks: Sequence[int],
                beta: float) -> Schedule:
     """F/B rows + the swap pass (schedules.generators.swap) -> validated Schedule."""
-    rows = [list(r) for r in rows]
     lam = tuple(swap_blocks)
     if any(lam):
-        lam = resolve_swap_blocks(lam, beta, rows, tuple(adjusted))
-        rows = add_swaps(rows, lam)
-    return assemble(name, num_microbatches, rows, tuple(adjusted), ("full",), lam, beta if any(lam) else 0.0)
+        lam = resolve_swap_blocks(lam, beta, [list(r) for r in rows], tuple(adjusted))
+    return assemble(name, num_microbatches, swapped_rows(rows, adjusted, lam, beta), tuple(adjusted), ("full",),
+                    lam, beta if any(lam) else 0.0)
+
+
+def swapped_rows(rows, adjusted: Sequence[int], swap_blocks: Sequence[int], beta: float) -> list[list[Action]]:
+    """The rows with_swaps assembles: F/B rows + the swap pass."""
+    rows = [list(r) for r in rows]
+    lam = tuple(swap_blocks)
+    return add_swaps(rows, resolve_swap_blocks(lam, beta, rows, tuple(adjusted))) if any(lam) else rows
 
 
 def build_schedule(config: Config, num_microbatches: int, op_order: Sequence[str]) -> Schedule:
@@ -166,7 +174,12 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
-    tl = simulate(sched, costs)
+    # build_schedule's generator / assemble validated the rows; its recompute names
+    # (not read by the validator) made a new Schedule, which simulate() would validate again
+    times = op_times(sched, costs, check=False)
+    tl = Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
+                           name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
+                           memory=stage_memory(sched, costs))
     act = tuple(st.peak_held_bytes for st in tl.stages)
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
