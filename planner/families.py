@@ -34,8 +34,8 @@ import models
 from planner.costs import Partition, check_partition, stage_costs, working_bytes
 from planner.identify import cmb_set
 from planner.profile import FULL, Profile
-from planner.search import Config, Evaluation, Setting, rank, recompute_names
-from schedules import Schedule, ScheduleError, generate, simulate
+from planner.search import Config, Evaluation, Setting, rank, recompute_names, simulate_renamed
+from schedules import Schedule, ScheduleError, generate
 from schedules.generators import CHUNKED
 
 FAMILIES = ("1f1b", "interleaved", "zb-h1")
@@ -83,7 +83,7 @@ def family_schedule(setting: Setting, config: Config) -> tuple[Schedule, object]
 def simulate_family(setting: Setting, config: Config) -> Evaluation:
     """Simulate one family configuration; peaks are per device (see above)."""
     sched, costs = family_schedule(setting, config)
-    tl = simulate(sched, costs)
+    tl = simulate_renamed(sched, costs)   # generate() validated it
     devices = range(sched.num_devices)
     act = tuple(tl.stages[d].peak_held_bytes for d in devices)
     per_stage = [working_bytes(setting.profile, u, r) for u, r in zip(config.partition, config.recompute)]

@@ -174,16 +174,21 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
-    # build_schedule's generator / assemble validated the rows; its recompute names
-    # (not read by the validator) made a new Schedule, which simulate() would validate again
-    times = op_times(sched, costs, check=False)
-    tl = Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
-                           name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
-                           memory=stage_memory(sched, costs))
+    tl = simulate_renamed(sched, costs)
     act = tuple(st.peak_held_bytes for st in tl.stages)
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
     return Evaluation(config, sched, costs, tl, act, work, peaks, setting.memory_limit, solution)
+
+
+def simulate_renamed(sched: Schedule, costs: StageCosts) -> Timeline:
+    """schedules.simulate without validating again: for a generated (validated) schedule
+    given its recompute names by `replace`, which makes a new Schedule the validator's
+    memo does not know, though it reads no recompute name."""
+    times = op_times(sched, costs, check=False)
+    return Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
+                             name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
+                             memory=stage_memory(sched, costs))
 
 
 def chain_swap_blocks(k: int, lam_k: int | None, warm: Sequence[int]) -> tuple[int, ...]:
