@@ -29,6 +29,7 @@ a unit even where p * V does not divide L (28B: 88 layers, p = 8).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 import models
 from planner.costs import Partition, check_partition, stage_costs, working_bytes
@@ -148,16 +149,23 @@ def candidates(setting: Setting, even: Partition, searched: Evaluation | None) -
     return out
 
 
-def choose(setting: Setting, even: Partition, best: Evaluation, searched: Evaluation | None
-           ) -> tuple[Evaluation, str | None, dict[str, Evaluation]]:
+def choose(setting: Setting, even: Partition, best: Evaluation, searched: Evaluation | None,
+           known: Mapping[str, Evaluation] | None = None) -> tuple[Evaluation, str | None, dict[str, Evaluation]]:
     """(the fastest fitting of `best` and every family candidate, the candidate's
-    name or None when `best` stays, every candidate's evaluation)."""
+    name or None when `best` stays, every candidate's evaluation). `known`:
+    evaluations already made under `setting` (the family baselines); a config met
+    twice (e.g. Obscura on a family with every stage adjusted and fully recomputing
+    is also its `_all_full` candidate) is simulated once."""
+    done: dict[Config, Evaluation | None] = {ev.config: ev for ev in (known or {}).values()}
     evals = {}
     for name, cfg in candidates(setting, even, searched).items():
-        try:
-            evals[name] = simulate_family(setting, cfg)
-        except ScheduleError:   # e.g. the 1F1B search's swaps exceed the family's warm-up
-            continue
+        if cfg not in done:
+            try:
+                done[cfg] = simulate_family(setting, cfg)
+            except ScheduleError:   # e.g. the 1F1B search's swaps exceed the family's warm-up
+                done[cfg] = None
+        if done[cfg] is not None:
+            evals[name] = done[cfg]
     winner, source = best, None
     for name, ev in evals.items():
         if ev.fits and (not winner.fits or rank(ev) < rank(winner)):

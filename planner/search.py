@@ -111,8 +111,7 @@ def with_swaps(name: str, num_microbatches: int, rows, adjusted: Sequence[int], 
 
 def swapped_rows(rows, adjusted: Sequence[int], swap_blocks: Sequence[int], beta: float) -> list[list[Action]]:
     """The rows with_swaps assembles: F/B rows + the swap pass."""
-    rows = [list(r) for r in rows]
-    lam = tuple(swap_blocks)
+    rows, lam = [list(r) for r in rows], tuple(swap_blocks)
     return add_swaps(rows, resolve_swap_blocks(lam, beta, rows, tuple(adjusted))) if any(lam) else rows
 
 
@@ -182,9 +181,8 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
 
 
 def simulate_renamed(sched: Schedule, costs: StageCosts) -> Timeline:
-    """schedules.simulate without validating again: for a generated (validated) schedule
-    given its recompute names by `replace`, which makes a new Schedule the validator's
-    memo does not know, though it reads no recompute name."""
+    """schedules.simulate without validating again: for a generated (validated) schedule given its
+    recompute names by `replace` (a new Schedule to the validator's memo; it reads no names)."""
     times = op_times(sched, costs, check=False)
     return Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
                              name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
@@ -359,15 +357,17 @@ def best_obscura(setting: Setting, partition: Partition, k: int, fixed: Sequence
     Coordinate search, to keep planning fast: every cap option (cap_options) is
     probed at two swap points (none, and the most blocks at beta = 1); the full swap
     grid then runs on the best caps. If no probe fits anywhere, the full grid runs
-    on every cap option."""
+    on every cap option. A point met again (a probe inside the grid, two cap options
+    giving one order) is settled once."""
     p, m = len(partition), setting.num_microbatches
     guess = order_guess(setting, k, fixed)
     orders = [base_order(setting, partition, k, guess, caps) for caps in cap_options(p, m, k)]
     probes: list[tuple[Evaluation | None, tuple]] = []
+    memo: dict = {}
     for order in orders:
         grid = swap_options(k, p, warmups_of_rows(order), swap)
         points = [grid[0]] + ([max(grid[1:], key=lambda g: (g[0], g[1]))] if len(grid) > 1 else [])
-        probes.append((_best_of(setting, partition, k, fixed, ip, order, points), order))
+        probes.append((_best_of(setting, partition, k, fixed, ip, order, points, memo), order))
     found = [(ev, order) for ev, order in probes if ev is not None]
     if found:
         best, order = min(found, key=lambda t: rank(t[0]))
@@ -375,17 +375,18 @@ def best_obscura(setting: Setting, partition: Partition, k: int, fixed: Sequence
     else:
         best, candidates = None, orders
     for order in candidates:
-        ev = _best_of(setting, partition, k, fixed, ip, order,
-                      swap_options(k, p, warmups_of_rows(order), swap))
+        ev = _best_of(setting, partition, k, fixed, ip, order, swap_options(k, p, warmups_of_rows(order), swap), memo)
         if ev is not None and (best is None or rank(ev) < rank(best)):
             best = ev
     return best
 
 
-def _best_of(setting, partition, k, fixed, ip, order, points) -> Evaluation | None:
+def _best_of(setting, partition, k, fixed, ip, order, points, memo) -> Evaluation | None:
     best = None
     for lam_k, beta in points:
-        ev = settle(setting, partition, k, fixed, lam_k, beta, ip, order)
+        if (order, lam_k, beta) not in memo:   # settle is a function of these (the rest is fixed)
+            memo[order, lam_k, beta] = settle(setting, partition, k, fixed, lam_k, beta, ip, order)
+        ev = memo[order, lam_k, beta]
         if ev is not None and (best is None or rank(ev) < rank(best)):
             best = ev
     return best
