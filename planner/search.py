@@ -31,7 +31,7 @@ from planner.memory_model import resident_blocks
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
-from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate
+from schedules import Action, Kind, Schedule, StageCosts, StageSpec, Timeline, generate
 from schedules.simulator import op_times, stage_memory
 from schedules.timeline import OpRecord
 from schedules.generators.common import assemble
@@ -65,8 +65,6 @@ class Config:
     beta: float = 0.0
     order: tuple[tuple[Action, ...], ...] | None = None  # F/B rows before swaps; None: the generator's
     virtual_stages: int = 1                  # model chunks per device (interleaved; planner.families)
-
-
 
 
 @dataclass(frozen=True)
@@ -259,7 +257,8 @@ def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequen
     if any(lam) and beta <= 0:
         return None
     b = beta if any(lam) else 0.0
-    sched = with_swaps("obscura", m, order, range(k + 1), lam, b)
+    # only for the resident-block count; the config's schedule is validated when it is simulated
+    sched = Schedule("obscura", p, m, tuple(StageSpec(tuple(r)) for r in swapped_rows(order, range(k + 1), lam, b)))
     slack = tuple(slack) if slack is not None else (0.0,) * p
     views = stage_views(setting.profile, partition)
     c_non = max((views[s].fwd + views[s].bwd
