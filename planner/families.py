@@ -29,13 +29,14 @@ a unit even where p * V does not divide L (28B: 88 layers, p = 8).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 import models
 from planner.costs import Partition, check_partition, stage_costs, working_bytes
 from planner.identify import cmb_set
 from planner.profile import FULL, Profile
-from planner.search import Config, Evaluation, Setting, rank, recompute_names
-from schedules import Schedule, ScheduleError, generate, simulate
+from planner.search import Config, Evaluation, Setting, rank, recompute_names, simulate_renamed
+from schedules import Schedule, ScheduleError, generate
 from schedules.generators import CHUNKED
 
 FAMILIES = ("1f1b", "interleaved", "zb-h1")
@@ -83,7 +84,7 @@ def family_schedule(setting: Setting, config: Config) -> tuple[Schedule, object]
 def simulate_family(setting: Setting, config: Config) -> Evaluation:
     """Simulate one family configuration; peaks are per device (see above)."""
     sched, costs = family_schedule(setting, config)
-    tl = simulate(sched, costs)
+    tl = simulate_renamed(sched, costs)   # generate() validated it
     devices = range(sched.num_devices)
     act = tuple(tl.stages[d].peak_held_bytes for d in devices)
     per_stage = [working_bytes(setting.profile, u, r) for u, r in zip(config.partition, config.recompute)]
@@ -148,16 +149,23 @@ def candidates(setting: Setting, even: Partition, searched: Evaluation | None) -
     return out
 
 
-def choose(setting: Setting, even: Partition, best: Evaluation, searched: Evaluation | None
-           ) -> tuple[Evaluation, str | None, dict[str, Evaluation]]:
+def choose(setting: Setting, even: Partition, best: Evaluation, searched: Evaluation | None,
+           known: Mapping[str, Evaluation] | None = None) -> tuple[Evaluation, str | None, dict[str, Evaluation]]:
     """(the fastest fitting of `best` and every family candidate, the candidate's
-    name or None when `best` stays, every candidate's evaluation)."""
+    name or None when `best` stays, every candidate's evaluation). `known`:
+    evaluations already made under `setting` (the family baselines); a config met
+    twice (e.g. Obscura on a family with every stage adjusted and fully recomputing
+    is also its `_all_full` candidate) is simulated once."""
+    done: dict[Config, Evaluation | None] = {ev.config: ev for ev in (known or {}).values()}
     evals = {}
     for name, cfg in candidates(setting, even, searched).items():
-        try:
-            evals[name] = simulate_family(setting, cfg)
-        except ScheduleError:   # e.g. the 1F1B search's swaps exceed the family's warm-up
-            continue
+        if cfg not in done:
+            try:
+                done[cfg] = simulate_family(setting, cfg)
+            except ScheduleError:   # e.g. the 1F1B search's swaps exceed the family's warm-up
+                done[cfg] = None
+        if done[cfg] is not None:
+            evals[name] = done[cfg]
     winner, source = best, None
     for name, ev in evals.items():
         if ev.fits and (not winner.fits or rank(ev) < rank(winner)):

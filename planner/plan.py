@@ -141,14 +141,15 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             cand = best_obscura(setting, adjustment.partition, k, fixed, swap, ip) if fixed else None
             if cand is not None and rank(cand) < rank(best):
                 best = cand
-    baselines = {**evaluate_baselines(setting, even), **(family_baselines(setting, even) if families else {})}
+    family_base = family_baselines(setting, even) if families else {}
+    baselines = {**evaluate_baselines(setting, even), **family_base}
     searched, source = best, "search"
     for name, ev in baselines.items():  # never hand out a plan slower than a baseline that fits
         if ev.fits and rank(ev) < rank(best):
             best, source = ev, name
     candidates: dict = {}
     if families:
-        best, family_source, candidates = family_choice.choose(setting, even, best, searched)
+        best, family_source, candidates = family_choice.choose(setting, even, best, searched, family_base)
         source = family_source or source
     plan = replace(_to_plan(best, m, limit, baselines, profile.op_names),
                    source=PlanSource.of_profile(profile, profile_path))

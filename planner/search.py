@@ -31,7 +31,9 @@ from planner.memory_model import resident_blocks
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
-from schedules import Action, Kind, Schedule, StageCosts, Timeline, generate, simulate
+from schedules import Action, Kind, Schedule, StageCosts, StageSpec, Timeline, generate
+from schedules.simulator import op_times, stage_memory
+from schedules.timeline import OpRecord
 from schedules.generators.common import assemble
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 
@@ -63,8 +65,6 @@ class Config:
     beta: float = 0.0
     order: tuple[tuple[Action, ...], ...] | None = None  # F/B rows before swaps; None: the generator's
     virtual_stages: int = 1                  # model chunks per device (interleaved; planner.families)
-
-
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,17 @@ def recompute_names(recompute: frozenset[str], op_order: Sequence[str]) -> tuple
 def with_swaps(name: str, num_microbatches: int, rows, adjusted: Sequence[int], swap_blocks: Sequence[int],
                beta: float) -> Schedule:
     """F/B rows + the swap pass (schedules.generators.swap) -> validated Schedule."""
-    rows = [list(r) for r in rows]
     lam = tuple(swap_blocks)
     if any(lam):
-        lam = resolve_swap_blocks(lam, beta, rows, tuple(adjusted))
-        rows = add_swaps(rows, lam)
-    return assemble(name, num_microbatches, rows, tuple(adjusted), ("full",), lam, beta if any(lam) else 0.0)
+        lam = resolve_swap_blocks(lam, beta, [list(r) for r in rows], tuple(adjusted))
+    return assemble(name, num_microbatches, swapped_rows(rows, adjusted, lam, beta), tuple(adjusted), ("full",),
+                    lam, beta if any(lam) else 0.0)
+
+
+def swapped_rows(rows, adjusted: Sequence[int], swap_blocks: Sequence[int], beta: float) -> list[list[Action]]:
+    """The rows with_swaps assembles: F/B rows + the swap pass."""
+    rows, lam = [list(r) for r in rows], tuple(swap_blocks)
+    return add_swaps(rows, resolve_swap_blocks(lam, beta, rows, tuple(adjusted))) if any(lam) else rows
 
 
 def build_schedule(config: Config, num_microbatches: int, op_order: Sequence[str]) -> Schedule:
@@ -166,11 +171,20 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
-    tl = simulate(sched, costs)
+    tl = simulate_renamed(sched, costs)
     act = tuple(st.peak_held_bytes for st in tl.stages)
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
     return Evaluation(config, sched, costs, tl, act, work, peaks, setting.memory_limit, solution)
+
+
+def simulate_renamed(sched: Schedule, costs: StageCosts) -> Timeline:
+    """schedules.simulate without validating again: for a generated (validated) schedule given its
+    recompute names by `replace` (a new Schedule to the validator's memo; it reads no names)."""
+    times = op_times(sched, costs, check=False)
+    return Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
+                             name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
+                             memory=stage_memory(sched, costs))
 
 
 def chain_swap_blocks(k: int, lam_k: int | None, warm: Sequence[int]) -> tuple[int, ...]:
@@ -243,7 +257,8 @@ def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequen
     if any(lam) and beta <= 0:
         return None
     b = beta if any(lam) else 0.0
-    sched = with_swaps("obscura", m, order, range(k + 1), lam, b)
+    # only for the resident-block count; the config's schedule is validated when it is simulated
+    sched = Schedule("obscura", p, m, tuple(StageSpec(tuple(r)) for r in swapped_rows(order, range(k + 1), lam, b)))
     slack = tuple(slack) if slack is not None else (0.0,) * p
     views = stage_views(setting.profile, partition)
     c_non = max((views[s].fwd + views[s].bwd
@@ -341,15 +356,17 @@ def best_obscura(setting: Setting, partition: Partition, k: int, fixed: Sequence
     Coordinate search, to keep planning fast: every cap option (cap_options) is
     probed at two swap points (none, and the most blocks at beta = 1); the full swap
     grid then runs on the best caps. If no probe fits anywhere, the full grid runs
-    on every cap option."""
+    on every cap option. A point met again (a probe inside the grid, two cap options
+    giving one order) is settled once."""
     p, m = len(partition), setting.num_microbatches
     guess = order_guess(setting, k, fixed)
     orders = [base_order(setting, partition, k, guess, caps) for caps in cap_options(p, m, k)]
     probes: list[tuple[Evaluation | None, tuple]] = []
+    memo: dict = {}
     for order in orders:
         grid = swap_options(k, p, warmups_of_rows(order), swap)
         points = [grid[0]] + ([max(grid[1:], key=lambda g: (g[0], g[1]))] if len(grid) > 1 else [])
-        probes.append((_best_of(setting, partition, k, fixed, ip, order, points), order))
+        probes.append((_best_of(setting, partition, k, fixed, ip, order, points, memo), order))
     found = [(ev, order) for ev, order in probes if ev is not None]
     if found:
         best, order = min(found, key=lambda t: rank(t[0]))
@@ -357,17 +374,18 @@ def best_obscura(setting: Setting, partition: Partition, k: int, fixed: Sequence
     else:
         best, candidates = None, orders
     for order in candidates:
-        ev = _best_of(setting, partition, k, fixed, ip, order,
-                      swap_options(k, p, warmups_of_rows(order), swap))
+        ev = _best_of(setting, partition, k, fixed, ip, order, swap_options(k, p, warmups_of_rows(order), swap), memo)
         if ev is not None and (best is None or rank(ev) < rank(best)):
             best = ev
     return best
 
 
-def _best_of(setting, partition, k, fixed, ip, order, points) -> Evaluation | None:
+def _best_of(setting, partition, k, fixed, ip, order, points, memo) -> Evaluation | None:
     best = None
     for lam_k, beta in points:
-        ev = settle(setting, partition, k, fixed, lam_k, beta, ip, order)
+        if (order, lam_k, beta) not in memo:   # settle is a function of these (the rest is fixed)
+            memo[order, lam_k, beta] = settle(setting, partition, k, fixed, lam_k, beta, ip, order)
+        ev = memo[order, lam_k, beta]
         if ev is not None and (best is None or rank(ev) < rank(best)):
             best = ev
     return best
