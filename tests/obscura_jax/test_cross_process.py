@@ -8,24 +8,23 @@ swapping) on llama2-tiny and gpt3-tiny by 4 processes x 1 device, in one launch
 (numerics_cases.MP_ZOO_CASES: 8 stages, two per process, for the chunked ones).
 Per-step losses equal the engine on one stage (`--stages 1`) and the unpipelined
 model at rtol 1e-5; final params within the engine's documented tolerance
-(checks.tolerances)."""
+(checks.tolerances; widened where the step-1 gradient is rounding noise,
+numerics_cases.adam_bound)."""
 import io
 import pickle
 import sys
 import threading
 import time
 
-import jax
 import numpy as np
 import pytest
 
-from obscura_jax.checks import tolerances
 from obscura_jax.launch import launch_local
 from obscura_jax.placement import place_stages
 from obscura_jax.run_config import RunConfig
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_ZOO_CASES, MP_ZOO_IDS, STEPS, T, make_reference,
-                                              run_config)
+from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_ZOO_CASES, MP_ZOO_IDS, STEPS, T, assert_params_match,
+                                              make_reference, run_config)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]   # the launcher forks to exec
@@ -33,12 +32,13 @@ LAUNCH_TIMEOUT = 420
 
 
 def model_reference(name: str):
-    """(cfg, unpipelined losses, its final params, the engine's losses on one stage)."""
-    model, cfg, losses, params, _, _ = make_reference(name)
+    """(cfg, unpipelined losses, its final params, its step-1 grads, the engine's
+    losses on one stage)."""
+    model, cfg, losses, params, grads, _ = make_reference(name)
     one_stage = train(RunConfig(model=model, stages=1, microbatches=M, steps=STEPS, micro_batch_size=B,
                                 seq_len=T, measure_costs=False, record_timeline=False),
                       lambda p: place_stages(p, "cpu", 1), log=lambda *_: None)
-    return cfg, losses, params, [s.loss for s in one_stage.steps]
+    return cfg, losses, params, grads, [s.loss for s in one_stage.steps]
 
 
 @pytest.fixture(scope="module")
@@ -75,22 +75,18 @@ def _bounded(fn, meanwhile=None):
 
 def check_results(results: dict, references: dict, stage_process, cases: dict) -> None:
     """cases: id -> (model, schedule, kw); references: model -> model_reference(model)."""
-    for cfg, ref_losses, _, one_stage in references.values():
+    for cfg, ref_losses, _, _, one_stage in references.values():
         np.testing.assert_allclose(one_stage, ref_losses, rtol=1e-5, err_msg=cfg.name)
     for case, res in results.items():
         model, _, kw = cases[case]
-        cfg, ref_losses, ref_params, one_stage = references[model]
+        cfg, ref_losses, ref_params, ref_grads, one_stage = references[model]
         want = stage_process[case] if isinstance(stage_process, dict) else stage_process
         assert res["stage_process"] == want, case
         np.testing.assert_allclose(res["losses"], one_stage, rtol=1e-5, err_msg=case)
         np.testing.assert_allclose(res["losses"], ref_losses, rtol=1e-5, err_msg=case)
         if kw.get("swap_fraction"):
             assert res["swap_bytes"] > 0, case
-        rtol, atol = tolerances(run_config(model, "1f1b", **kw), cfg)
-        assert sorted(res["params"]) == sorted(ref_params), case
-        for name in ref_params:
-            for a, b in zip(jax.tree.leaves(res["params"][name]), jax.tree.leaves(ref_params[name]), strict=True):
-                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=f"{case} {name}")
+        assert_params_match(res["params"], ref_params, ref_grads, run_config(model, "1f1b", **kw), cfg, case)
     offsets = next(iter(results.values()))["offsets"]
     assert offsets[0] == 0.0 and all(abs(o) < 0.05 for o in offsets)   # one host: the true offset is 0
 
