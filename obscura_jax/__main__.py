@@ -1,5 +1,3 @@
-import sys
+from obscura_jax.cli import entry
 
-from obscura_jax.cli import main
-
-sys.exit(main())
+entry()

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
-import threading
 import traceback
 from typing import Callable
 
 from models.errors import ObscuraError
+from obscura_jax import interrupt
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
@@ -112,14 +113,9 @@ def error_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def exit_if_workers_stuck(code: int) -> None:
-    """A stage worker still inside an XLA call past its grace (cannot be woken) would
-    crash interpreter finalization (SIGSEGV): leave at once instead. Outputs are
-    safe: every file is written whole-or-not-at-all and the cleanups already ran."""
-    if any(t.name.startswith("obscura-worker") and t.is_alive() for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+def interrupted(prog: str) -> int:
+    print(f"{prog}: interrupted", file=sys.stderr)
+    return 130
 
 
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
@@ -129,15 +125,17 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
     try:
         return int(body() or 0)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        exit_if_workers_stuck(130)
-        return 130
+        return interrupted(prog)
     except (ObscuraError, OSError) as e:
+        if interrupt.requested():   # e.g. `import jax` cut short by Ctrl-C
+            return interrupted(prog)
         if os.environ.get("OBSCURA_DEBUG"):
             raise
         print(f"{prog}: error: {error_line(e)}", file=sys.stderr)
         return 2
     except Exception:  # a bug: show where, and ask for the report
+        if interrupt.requested():
+            return interrupted(prog)
         traceback.print_exc()
         print(f"{prog}: internal error (a bug): please report it with the traceback above",
               file=sys.stderr)
@@ -162,3 +160,25 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def entry() -> None:
+    """The `obscura` script and `python -m obscura_jax`: main(), then exit with its code.
+    Every output is complete (or absent) once main() has returned: files are written
+    whole-or-not-at-all and the cleanups ran while the error unwound. So
+    - after Ctrl-C (130) the process leaves without the interpreter's teardown: an
+      interrupt inside an XLA compile or call can leave XLA's threads running, and
+      tearing the runtime down under them dies of SIGSEGV;
+    - Ctrl-C during the teardown is ignored: the teardown restores SIGINT's default
+      action, and a late Ctrl-C would kill the process silently (-SIGINT)."""
+    interrupt.install()
+    try:
+        code = main()
+    except KeyboardInterrupt:   # before run_command took over (building the parser)
+        code = interrupted("obscura")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code == 130:
+        os._exit(code)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

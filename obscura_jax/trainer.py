@@ -31,6 +31,7 @@ from obscura_jax.data import BatchShape, open_data
 from obscura_jax.engine import Pipeline, build_pipeline
 from obscura_jax.errors import RunError
 from obscura_jax.events import EventRecorder, events_to_json, infer_ops, merge_events
+from obscura_jax import interrupt
 from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
 from obscura_jax.messages import order_digest, transfer_plan
@@ -99,6 +100,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
     """placement_fn(n) -> Placement of n stages, one per device (devices are chosen
     once the schedule is known: obscura_jax.placement.place_schedule);
     `group`: the run's processes as this one sees them (default: just this one)."""
+    interrupt.raise_if_requested()
     outcome, data, ckpt, identity = _prepare(run, placement_fn, group, log)
     pipe = outcome.pipeline
     before_peaks = {s: _device_peak(pipe.placement.devices[s]) for s in pipe.local_stages}
@@ -106,6 +108,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
     try:
         if metrics is not None:
             metrics.start(outcome.start_step)
+        interrupt.raise_if_requested()
         if run.measure_costs:
             _measure(outcome, group)
         events, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics)
@@ -250,6 +253,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
     recorder = None
     try:
         for step in range(outcome.start_step, run.steps):
+            interrupt.raise_if_requested()
             tokens, targets = data.microbatches(step, pipe.shape)
             record = run.record_timeline and step == run.steps - 1
             recorder = EventRecorder(ex.devices).__enter__() if record else None

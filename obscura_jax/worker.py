@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from obscura_jax import interrupt
 from obscura_jax.transport import StepAborted
 from schedules.ir import Action, Kind
 
@@ -186,6 +187,7 @@ def run_threads(bodies: list, on_error, grace: float = 10.0) -> BaseException | 
         for t in threads:
             while t.is_alive() and not failed.is_set():
                 t.join(0.5)
+                interrupt.raise_if_requested()
     except KeyboardInterrupt:
         # Ctrl-C lands here: the workers must leave XLA before the interpreter
         # finalizes, or the process dies of SIGSEGV instead of exiting 130
