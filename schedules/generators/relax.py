@@ -143,92 +143,121 @@ def relaxed_device_rows(base: Schedule, caps: dict[int, int], costs: StageCosts
     bubble. Rows must hold compute actions only (swaps are added after). Returns the
     rows and their makespan (what the simulator gives them under the same costs), or
     None if the caps deadlock.
+
+    A relaxed device's candidates are the heads of its queues (stage x F / B-or-I /
+    W), in row order; a placed action wakes its own device and the devices whose
+    actions wait on it (nothing else can change what a device may start). Events at
+    one time commute while durations are positive; with zero-length actions ties go
+    by event order.
     Long: one event loop keeps both device kinds."""
     p = base.num_stages
     where = base.stage_to_device
-    actions = {a for row in base.rows for a in row}
-    if any(not a.is_compute for a in actions):
+    rows = base.rows
+    n = len(rows)
+    if any(not a.is_compute for row in rows for a in row):
         raise ScheduleError("relaxed_device_rows: rows may hold compute actions only (add swaps afterwards)")
-    key = {a: (a.stage, a.kind.value, a.microbatch) for a in actions}
-    present = set(key.values())
-    split = {(a.stage, a.microbatch) for a in actions if a.kind == Kind.W}
+    keys = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in rows]
+    present = {k for row in keys for k in row}
+    split = {(s, x) for s, k, x in present if k == "W"}
     lags = [costs.p2p_time(s) for s in range(p)]
-    deps = {a: [(d, key_lag(d, key[a], where, lags)) for d in dependency_keys(key[a], present, p)] for a in actions}
     adjusted = set(base.adjusted_stages)
+    deps: dict[tuple, tuple] = {}
+    dur: dict[tuple, float] = {}
+    woken: dict[tuple, list[int]] = {}
+    for d, krow in enumerate(keys):
+        for key in krow:
+            on = dependency_keys(key, present, p)
+            deps[key] = tuple((dk, key_lag(dk, key, where, lags)) for dk in on)
+            for dk in on:
+                woken.setdefault(dk, []).append(d)
+            dur[key] = _relaxed_duration(key, costs, adjusted, split)
+    woken = {k: tuple(sorted(set(v))) for k, v in woken.items()}
+    frees = {key: key[1] == "W" or (key[1] == "B" and (key[0], key[2]) not in split) for key in present}
+    # a relaxed device's queues: [row indices in order, position of the head]
+    queues: dict[int, list[list]] = {}
+    for d in caps:
+        by_queue: dict[tuple, list[int]] = {}
+        for i, (s, k, _) in enumerate(keys[d]):
+            by_queue.setdefault((s, "BI" if k in ("B", "I") else k), []).append(i)
+        queues[d] = [[idx, 0] for idx in by_queue.values()]
+    end: dict[tuple, float] = {}
 
-    def duration(a: Action) -> float:
-        if a.kind is Kind.F:
-            return costs.fwd[a.stage]
-        if a.kind is Kind.W:
-            return costs.weight_grad_time(a.stage)
-        rec = costs.recompute[a.stage] if a.stage in adjusted else 0.0
-        half = a.kind is Kind.I or (a.stage, a.microbatch) in split
-        return (costs.input_grad_time(a.stage) if half else costs.bwd[a.stage]) + rec
-
-    def ready_at(a: Action) -> float | None:
+    def ready_at(key) -> float | None:
         r = 0.0
-        for dep, lg in deps[a]:
+        for dep, lg in deps[key]:
             e = end.get(dep)
             if e is None:
                 return None
-            r = max(r, e + lg)
+            if e + lg > r:
+                r = e + lg
         return r
 
-    def queue(a: Action) -> tuple[int, str]:
-        return a.stage, "BI" if a.kind in (Kind.B, Kind.I) else a.kind.value
-
-    rows_in = [list(r) for r in base.rows]
-    n = len(rows_in)
-    end: dict[tuple, float] = {}
     out: list[list[Action]] = [[] for _ in range(n)]
+    ptr = [0] * n
     free_at = [0.0] * n
     held = [0] * n
     events = [(0.0, d, d) for d in range(n)]
     seq = n
-    total = sum(len(r) for r in rows_in)
+    placed, total = 0, len(present)
     while events:
         t, _, d = heapq.heappop(events)
-        if t < free_at[d] or not rows_in[d]:
+        if t < free_at[d]:
             continue
-        chosen, known = None, []
-        if d in caps:
-            seen: set[tuple[int, str]] = set()
-            for i, a in enumerate(rows_in[d]):
-                q = queue(a)
-                if q in seen:
+        chosen = queue = None
+        known = []
+        if d in queues:
+            for i, q in sorted((q[0][q[1]], q) for q in queues[d] if q[1] < len(q[0])):
+                key = keys[d][i]
+                if key[1] == "F" and held[d] >= caps[d]:
                     continue
-                seen.add(q)
-                if a.kind is Kind.F and held[d] >= caps[d]:
-                    continue
-                r = ready_at(a)
+                r = ready_at(key)
                 if r is not None and r <= t:
-                    chosen = i
+                    chosen, queue = i, q
                     break
                 if r is not None:
                     known.append(r)
-        else:
-            r = ready_at(rows_in[d][0])
+        elif ptr[d] < len(keys[d]):
+            r = ready_at(keys[d][ptr[d]])
             if r is not None and r <= t:
-                chosen = 0
+                chosen = ptr[d]
             elif r is not None:
                 known.append(r)
         if chosen is None:
             if known:
                 heapq.heappush(events, (min(known), seq, d))
                 seq += 1
-            continue    # otherwise woken when something is placed
-        a = rows_in[d].pop(chosen)
-        e = t + duration(a)
-        end[key[a]] = e
-        out[d].append(a)
+            continue    # otherwise woken when something it waits on is placed
+        if queue is None:
+            ptr[d] += 1
+        else:
+            queue[1] += 1
+        key = keys[d][chosen]
+        e = t + dur[key]
+        end[key] = e
+        out[d].append(rows[d][chosen])
+        placed += 1
         free_at[d] = e
-        if a.kind is Kind.F:
+        if key[1] == "F":
             held[d] += 1
-        elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
+        elif frees[key]:
             held[d] -= 1
-        for other in range(n):
-            heapq.heappush(events, (max(e, free_at[other]), seq, other))
-            seq += 1
-    if len(end) != total:
+        heapq.heappush(events, (e, seq, d))
+        seq += 1
+        for other in woken.get(key, ()):
+            if other != d:
+                heapq.heappush(events, (max(e, free_at[other]), seq, other))
+                seq += 1
+    if placed != total:
         return None
     return out, max(end.values(), default=0.0)
+
+
+def _relaxed_duration(key: tuple, costs: StageCosts, adjusted: set[int], split: set[tuple[int, int]]) -> float:
+    s, k, x = key
+    if k == "F":
+        return costs.fwd[s]
+    if k == "W":
+        return costs.weight_grad_time(s)
+    rec = costs.recompute[s] if s in adjusted else 0.0
+    half = k == "I" or (s, x) in split
+    return (costs.input_grad_time(s) if half else costs.bwd[s]) + rec
