@@ -253,20 +253,27 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
         after = finish[s + 1] if s < k else t_next
         if after is not None:
             model.Add(finish[s] >= after + c_adj)
-    total_ops = sum(len(st.ops) for st in problem.stages)
-    w_r = total_ops + 1
-    w_t = sum(t_units(max(st.full_time, sum(st.op_time))) for st in problem.stages) * w_r + w_r
-    # Last tie-break: prefer ops earlier in each stage's list, so that equal-cost ops
-    # (e.g. mlp_gate / mlp_up) give one optimum and the 8-worker portfolio returns
-    # the same sets on every run.
-    order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
-    w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
-    model.Minimize((finish[0] * w_t + sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 8  # the portfolio proves optimality far sooner, even on 2 cores
     solver.parameters.max_time_in_seconds = time_limit
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    # Lexicographic (T_0, then total recompute, then fewest ops, then ops earlier in each
+    # stage's list, so that equal-cost ops such as mlp_gate / mlp_up give one optimum and
+    # the portfolio returns the same sets on every run), in two solves: one weighted sum
+    # of all four overflows CP-SAT's int64 bound (MODEL_INVALID) once p and m are large
+    # (p = 16, m = 128).
+    model.Minimize(finish[0])
+    if not _solved(solver, model):
+        return None
+    model.Add(finish[0] <= solver.Value(finish[0]))
+    for v in [xi for x in xs for xi in x] + [f for f in fulls if not isinstance(f, int)]:
+        model.AddHint(v, solver.Value(v))
+    total_ops = sum(len(st.ops) for st in problem.stages)
+    w_r = total_ops + 1
+    order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
+    w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
+    model.Minimize((sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
+    status = _solved(solver, model)
+    if not status:   # the first solve's choice meets the bound: only a time-out lands here
         return None
     sets = []
     for st, x, full in zip(problem.stages, xs, fulls):
@@ -278,3 +285,14 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     if not ok:  # the rounding above is conservative, so this would be a bug
         raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
     return RecomputeSolution(choices, t0, solver.StatusName(status), time.perf_counter() - start)
+
+
+def _solved(solver, model):
+    """Solve; the status when there is a solution, else None. An invalid model is
+    this module's bug, not an infeasible limit: it raises."""
+    from ortools.sat.python import cp_model
+
+    status = solver.Solve(model)
+    if status == cp_model.MODEL_INVALID:
+        raise AssertionError(f"recompute IP: CP-SAT rejects the model: {model.Validate()}")
+    return status if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
