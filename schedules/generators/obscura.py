@@ -47,6 +47,7 @@ from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
                                           resolve_adjusted)
+from schedules.generators.caps import bisect_caps
 from schedules.generators.relax import relaxed_rows
 from schedules.generators.strawman import strawman_warmup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
@@ -66,29 +67,21 @@ def min_caps(num_stages: int, num_microbatches: int, adjusted, fixed_warmup) -> 
 
 
 def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: StageCosts
-                   ) -> tuple[dict[int, int] | None, float]:
-    """Caps per adjusted stage and their makespan; None if the strawman's order wins."""
+                   ) -> tuple[dict[int, int] | None, float, list | None]:
+    """Caps per adjusted stage, their makespan and rows; (None, strawman's makespan,
+    None) if the strawman's order wins."""
     p, m = num_stages, num_microbatches
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adjusted}
     straw = strawman_warmup(p, m, adjusted)
     _, t_straw = relaxed_rows(p, m, {s: one_f_one_b_row(s, m, straw[s]) for s in range(p)}, {}, costs, adjusted)
     caps = {s: straw[s] for s in adjusted}
-    _, t_relaxed = relaxed_rows(p, m, fixed, caps, costs, adjusted)
-    if t_relaxed > t_straw * (1 + _TOL):
-        return None, t_straw
-    target = t_relaxed * (1 + _TOL)
+    found = relaxed_rows(p, m, fixed, caps, costs, adjusted)
+    if found[1] > t_straw * (1 + _TOL):
+        return None, t_straw, None
     low = min_caps(p, m, adjusted, [min(p - s, m) for s in range(p)])
-    for s in sorted(adjusted, reverse=True):
-        lo, hi = low[s], caps[s]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            _, t = relaxed_rows(p, m, fixed, {**caps, s: mid}, costs, adjusted)
-            if t <= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        caps[s] = hi
-    return caps, relaxed_rows(p, m, fixed, caps, costs, adjusted)[1]
+    caps, (rows, t) = bisect_caps(lambda c, limit: relaxed_rows(p, m, fixed, c, costs, adjusted, limit), caps, low, found,
+                                  found[1] * (1 + _TOL))
+    return caps, t, rows
 
 
 def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
@@ -111,12 +104,13 @@ def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute
             if caps[s] < lo:
                 raise ScheduleError(f"warmup[{s}]={warmup[s]} deadlocks: stage {s} must be able to run {lo} "
                                     f"forwards, which stage {s + 1} needs before its first backward")
+        rows = None
     else:
-        caps, _ = migration_caps(p, m, adj, costs)
+        caps, _, rows = migration_caps(p, m, adj, costs)
     if caps is None:
         straw = strawman_warmup(p, m, adj)
         rows = [one_f_one_b_row(s, m, straw[s]) for s in range(p)]
-    else:
+    elif rows is None:
         rows, _ = relaxed_rows(p, m, fixed, caps, costs, adj)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("obscura", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)

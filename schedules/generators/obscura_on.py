@@ -4,7 +4,7 @@ interleaved 1F1B) and obscura-zb-h1 (on ZB-H1).
 Start from the base schedule with recompute on the adjusted stages (its Recomp-K:
 the same order, whose adjusted backwards run longer). Devices that host no adjusted
 stage keep the base order. Each device that does runs the dependency relaxation of
-relax.relaxed_device_rows under the generator's cost model: whenever it is free it
+device_relax.DeviceRelaxation under the generator's cost model: whenever it is free it
 runs the first action of the base row whose inputs are there, so a later forward or
 a W fills the bubble before a backward whose gradient is late, and that backward
 moves right; a forward starts only while the device holds fewer than its cap c_d
@@ -44,32 +44,21 @@ from __future__ import annotations
 
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
+from schedules.generators.caps import bisect_caps, held_peaks as held_rows_peaks
 from schedules.generators.common import assemble, assemble_devices, check_sizes, check_virtual_stages
 from schedules.generators.interleaved import interleaved
-from schedules.generators.relax import relaxed_device_rows
+from schedules.generators.device_relax import DeviceRelaxation
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.generators.zero_bubble import zb_h1
-from schedules.ir import Kind, Schedule
+from schedules.ir import Schedule
 from schedules.simulator import makespan
 
 _TOL = 1e-9
 
 
 def held_peaks(schedule: Schedule) -> tuple[int, ...]:
-    """Blocks each device holds at most, counted along its row (F adds one; W, or
-    B when the block has no W, frees it): what the simulator's in-flight peak is."""
-    split = {(a.stage, a.microbatch) for row in schedule.rows for a in row if a.kind == Kind.W}
-    out = []
-    for row in schedule.rows:
-        n = peak = 0
-        for a in row:
-            if a.kind is Kind.F:
-                n += 1
-                peak = max(peak, n)
-            elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
-                n -= 1
-        out.append(peak)
-    return tuple(out)
+    """Blocks each device holds at most along its row (caps.held_peaks)."""
+    return held_rows_peaks(schedule.rows)
 
 
 def migration_bounds(base: Schedule, migrate: bool) -> tuple[int, ...]:
@@ -96,13 +85,14 @@ def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, m
     if not relaxed:
         return base_rows, t_base
     upper = migration_bounds(base, migrate)
+    relax = DeviceRelaxation(base, costs)
     if caps is not None:
         caps = tuple(caps)
         if len(caps) != base.num_devices or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
                                                     for c in caps):
             raise ScheduleError(f"warmup must hold {base.num_devices} integers >= 1 (one cap per device), "
                                 f"got {caps!r}")
-        found = relaxed_device_rows(base, {d: caps[d] for d in relaxed}, costs)
+        found = relax({d: caps[d] for d in relaxed})
         if found is None:
             raise ScheduleError(f"{name}: caps {caps!r} deadlock (a device cannot run the forwards its "
                                 f"neighbours wait for)")
@@ -111,32 +101,22 @@ def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, m
     # ties to the first (fewer micro-batches held)
     best = None
     for bound in ((held_peaks(base), upper) if migrate else (upper,)):
-        found = _smallest_caps(base, {d: bound[d] for d in relaxed}, costs, t_base)
+        found = _smallest_caps(relax, {d: bound[d] for d in relaxed}, t_base)
         if found is not None and (best is None or found[1] < best[1] * (1 - _TOL)):
             best = found
     return best if best is not None else (base_rows, t_base)
 
 
-def _smallest_caps(base: Schedule, cap: dict[int, int], costs: StageCosts, t_base: float):
+def _smallest_caps(relax: DeviceRelaxation, cap: dict[int, int], t_base: float):
     """Relax under `cap`; if that keeps the base's makespan, bisect each device's cap
-    (last device first) down to the smallest that keeps the relaxed makespan.
-    None if relaxing under `cap` is slower than the base (or deadlocks)."""
-    found = relaxed_device_rows(base, cap, costs)
+    (last device first) down to the smallest that keeps the relaxed makespan
+    (caps.bisect_caps). None if relaxing under `cap` is slower than the base (or
+    deadlocks)."""
+    found = relax(cap)
     if found is None or found[1] > t_base * (1 + _TOL):
         return None
-    target = found[1] * (1 + _TOL)
-    cap = dict(cap)
-    for d in sorted(cap, reverse=True):
-        lo, hi = 1, cap[d]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            trial = relaxed_device_rows(base, {**cap, d: mid}, costs)
-            if trial is not None and trial[1] <= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        cap[d] = hi
-    return relaxed_device_rows(base, cap, costs)
+    _, found = bisect_caps(relax, cap, {}, found, found[1] * (1 + _TOL))
+    return found
 
 
 def _uniform(num_stages: int, per_device: int) -> StageCosts:

@@ -98,8 +98,9 @@ def test_obscura_caps_never_exceed_strawman_and_time_never_worse(p, m, k):
 
 def test_migration_optimization_lowers_early_stages():
     # p=8, m=32, K=4 (f=1, b=2, r=1): the strawman holds 22/19/16/13/10 on stages 0..4
-    caps, t = migration_caps(8, 32, (0, 1, 2, 3, 4), StageCosts.uniform(8, 1, 2, 1))
+    caps, t, rows = migration_caps(8, 32, (0, 1, 2, 3, 4), StageCosts.uniform(8, 1, 2, 1))
     assert [caps[s] for s in range(5)] == [11, 10, 10, 10, 10] and t == 144
+    assert rows == [list(spec.actions) for spec in generate("obscura", 8, 32, adjusted=4).stages]
 
 
 def test_obscura_warmup_fixes_the_caps():

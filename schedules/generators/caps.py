@@ -1,0 +1,65 @@
+"""Migration caps: how many blocks a relaxed stage (or device) may hold, searched.
+
+Obscura on 1F1B (obscura.migration_caps) and on today's schedules
+(obscura_on._smallest_caps) both start from caps under which the relaxed order is
+fast enough, then give each capped row in turn, last first, the smallest cap that
+keeps the makespan at most a target, by bisection (`bisect_caps`).
+
+A row holds a block from its forward until the step that frees it: W, or B when
+the block has no W (`held_peaks`). A cap at least as large as what the row holds at
+most under the current caps never binds, so the relaxation under it is that same
+run (tests/schedules/generators/test_caps.py checks this on random schedules): the
+bisection takes such trials as met without running them, which leaves its steps
+and answer as they were and skips most of its relaxations.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from schedules.ir import Action, Kind
+
+# relax(caps, limit) -> (rows, makespan), or None on deadlock or once the makespan is
+# sure to exceed limit (a trial that cannot meet the target may stop early)
+Relaxation = Callable[[dict[int, int], float], "tuple[list[list[Action]], float] | None"]
+
+
+def held_peaks(rows: Sequence[Sequence[Action]]) -> tuple[int, ...]:
+    """Blocks each row holds at most, counted along it (F adds one; W, or B when the
+    block has no W, frees it): what the simulator's in-flight peak is."""
+    split = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.W}
+    out = []
+    for row in rows:
+        n = peak = 0
+        for a in row:
+            if a.kind is Kind.F:
+                n += 1
+                peak = max(peak, n)
+            elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
+                n -= 1
+        out.append(peak)
+    return tuple(out)
+
+
+def bisect_caps(relax: Relaxation, caps: dict[int, int], low: dict[int, int],
+                found: tuple[list[list[Action]], float], target: float
+                ) -> tuple[dict[int, int], tuple[list[list[Action]], float]]:
+    """(caps, relax(caps)) after bisecting each capped row, last first, down to the
+    smallest cap in [low, caps[row]] whose relaxation (None: deadlock) ends by
+    `target`; `found` is relax(caps), which does."""
+    caps = dict(caps)
+    held = held_peaks(found[0])
+    for r in sorted(caps, reverse=True):
+        lo, hi = low.get(r, 1), caps[r]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if mid >= held[r]:   # does not bind: the run `found` is, which ends by target
+                hi = mid
+                continue
+            trial = relax({**caps, r: mid}, target)
+            if trial is not None and trial[1] <= target:
+                hi, found = mid, trial
+                held = held_peaks(trial[0])
+            else:
+                lo = mid + 1
+        caps[r] = hi
+    return caps, found
