@@ -21,7 +21,7 @@ shortest SIMULATED iteration, ties going to less host traffic, then less memory.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -32,8 +32,7 @@ from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
 from schedules import Action, Kind, Schedule, StageCosts, StageSpec, Timeline, generate
-from schedules.simulator import op_times, stage_memory
-from schedules.timeline import OpRecord
+from schedules.simulator import held_peaks, simulate
 from schedules.generators.common import assemble
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 
@@ -72,16 +71,18 @@ class Evaluation:
     config: Config
     schedule: Schedule
     costs: StageCosts
-    timeline: Timeline
+    makespan: float
     activation_bytes: tuple[float, ...]
     working_bytes: tuple[float, ...]
     peaks: tuple[float, ...]                 # W_s + A_s + working set
     memory_limit: float
     solution: RecomputeSolution | None = None
 
-    @property
-    def makespan(self) -> float:
-        return self.timeline.makespan
+    @cached_property
+    def timeline(self) -> Timeline:
+        """The simulation with every statistic, built when first asked for (a search
+        compares makespans and peaks only: schedules.simulator.held_peaks)."""
+        return simulate_renamed(self.schedule, self.costs)
 
     @property
     def fits(self) -> bool:
@@ -171,20 +172,16 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
-    tl = simulate_renamed(sched, costs)
-    act = tuple(st.peak_held_bytes for st in tl.stages)
+    makespan, act = held_peaks(sched, costs, check=False)   # build_schedule validated it
     work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
-    return Evaluation(config, sched, costs, tl, act, work, peaks, setting.memory_limit, solution)
+    return Evaluation(config, sched, costs, makespan, act, work, peaks, setting.memory_limit, solution)
 
 
 def simulate_renamed(sched: Schedule, costs: StageCosts) -> Timeline:
     """schedules.simulate without validating again: for a generated (validated) schedule given its
     recompute names by `replace` (a new Schedule to the validator's memo; it reads no names)."""
-    times = op_times(sched, costs, check=False)
-    return Timeline.from_ops(sched.num_stages, [OpRecord.of(a, *times[a]) for row in sched.rows for a in row],
-                             name=sched.name, origin=0.0, stage_to_device=sched.stage_to_device,
-                             memory=stage_memory(sched, costs))
+    return simulate(sched, costs, check=False)
 
 
 def chain_swap_blocks(k: int, lam_k: int | None, warm: Sequence[int]) -> tuple[int, ...]:

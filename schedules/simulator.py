@@ -35,7 +35,7 @@ from schedules.deps import dependency_keys, key_lag
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule, StageSpec
 from schedules.memory import StageMemory
-from schedules.timeline import OpRecord, Timeline
+from schedules.timeline import OpRecord, Timeline, held_bytes_peaks
 from schedules.validator import validate
 
 
@@ -166,9 +166,21 @@ def stage_memory(schedule: Schedule, costs: StageCosts) -> tuple[StageMemory, ..
     return tuple(out)
 
 
-def simulate(schedule: Schedule, costs: StageCosts) -> Timeline:
-    """Simulate `schedule` under `costs` and derive every statistic (see timeline.py)."""
-    times = op_times(schedule, costs)
-    ops = [OpRecord.of(a, *times[a]) for row in schedule.rows for a in row]
-    return Timeline.from_ops(schedule.num_stages, ops, name=schedule.name, origin=0.0,
-                             stage_to_device=schedule.stage_to_device, memory=stage_memory(schedule, costs))
+def simulate(schedule: Schedule, costs: StageCosts, check: bool = True) -> Timeline:
+    """Simulate `schedule` under `costs` and derive every statistic (see timeline.py);
+    `check=False` as for op_times."""
+    return Timeline.from_ops(schedule.num_stages, _records(schedule, costs, check), name=schedule.name,
+                             origin=0.0, stage_to_device=schedule.stage_to_device,
+                             memory=stage_memory(schedule, costs))
+
+
+def held_peaks(schedule: Schedule, costs: StageCosts, check: bool = True) -> tuple[float, tuple[float, ...]]:
+    """(makespan, each device's peak_held_bytes) of simulate(schedule, costs),
+    without its other statistics: what a search compares."""
+    return held_bytes_peaks(schedule.num_stages, _records(schedule, costs, check), stage_memory(schedule, costs),
+                            schedule.stage_to_device)
+
+
+def _records(schedule: Schedule, costs: StageCosts, check: bool) -> list[OpRecord]:
+    times = op_times(schedule, costs, check)
+    return [OpRecord.of(a, *times[a]) for row in schedule.rows for a in row]

@@ -168,15 +168,12 @@ class Timeline:
         if t0:
             ops = [OpRecord(o.stage, o.action, o.kind, o.microbatch, o.start - t0, o.end - t0, o.recompute, o.bytes)
                    for o in ops]
-        ops.sort(key=lambda o: (o.start, o.end, o.stage, o.action))
+        ops.sort(key=_record_order)
         makespan = max((o.end for o in ops), default=0.0)
         index = {(o.stage, o.kind.value, o.microbatch): o for o in ops}
         starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
         stats, steps = [], []
-        by_device: list[list[OpRecord]] = [[] for _ in range(max(where) + 1)]
-        for o in ops:
-            by_device[where[o.stage]].append(o)
-        for mine in by_device:
+        for mine in _by_device(ops, where):
             st, mem_steps = _device_stats(mine, p, index, starts, makespan, mem)
             stats.append(st)
             steps.append(mem_steps)
@@ -220,13 +217,37 @@ class Timeline:
                 vals = {k: (int(v) if k == "peak_inflight_microbatches" else float(v)) for k, v in vals.items()}
                 stats.append(StageStats(**vals))
                 memory.append(tuple((float(t), float(b)) for t, b in entry.get("memory", [])))
-            ops.sort(key=lambda o: (o.start, o.end, o.stage, o.action))
+            ops.sort(key=_record_order)
             return cls(float(data["makespan"]), tuple(ops), tuple(stats), tuple(memory),
                        str(data.get("name", "")), where)
         except ScheduleError:
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise ScheduleError(f"malformed simulation JSON: {type(e).__name__}: {e}") from None
+
+
+def held_bytes_peaks(num_stages: int, ops, memory, stage_to_device=None) -> tuple[float, tuple[float, ...]]:
+    """(makespan, each device's peak_held_bytes) of op records starting at 0: the
+    figures Timeline.from_ops(num_stages, ops, origin=0.0, memory=memory,
+    stage_to_device=...) reports, from the same accounting and record order, without
+    the other statistics (what a search compares)."""
+    where = tuple(stage_to_device) if stage_to_device is not None else tuple(range(num_stages))
+    memory = _stage_memory(num_stages, None, None, memory)
+    ops = sorted(ops, key=_record_order)
+    starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
+    peaks = tuple(device_memory(mine, memory, starts, num_stages).peak_held_bytes for mine in _by_device(ops, where))
+    return max((o.end for o in ops), default=0.0), peaks
+
+
+def _record_order(o: OpRecord) -> tuple:
+    return o.start, o.end, o.stage, o.action
+
+
+def _by_device(ops, where) -> list[list[OpRecord]]:
+    out: list[list[OpRecord]] = [[] for _ in range(max(where) + 1)]
+    for o in ops:
+        out[where[o.stage]].append(o)
+    return out
 
 
 def with_recompute_shares(timeline: Timeline, shares) -> Timeline:
