@@ -85,14 +85,16 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
     out: list[Problem] = []
     pos: dict[tuple[Kind, int], int] = {}
     last: dict[str, Action] = {}
+    def at(i: int) -> str:   # messages are built only for problems: a valid row costs no formatting
+        return f"{unit} step {i}"
+
     for i, a in mine:
-        where = f"{unit} step {i}"
         if a.microbatch >= m:
-            out.append(Problem(d, i, f"{name(a)} at {where}: micro-batch {a.microbatch} is outside 0..{m - 1}"))
+            out.append(Problem(d, i, f"{name(a)} at {at(i)}: micro-batch {a.microbatch} is outside 0..{m - 1}"))
             continue
         key = (a.kind, a.microbatch)
         if key in pos:
-            out.append(Problem(d, i, f"{name(a)} at {where} is a duplicate (first at step {pos[key]})"))
+            out.append(Problem(d, i, f"{name(a)} at {at(i)} is a duplicate (first at step {pos[key]})"))
             continue
         pos[key] = i
         if a.kind in (Kind.SO, Kind.SI):
@@ -101,7 +103,7 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
         prev = last.get(queue)
         if prev is not None and a.microbatch < prev.microbatch:
             what = "backward" if queue == "BI" and prev.kind != a.kind else a.kind.name
-            out.append(Problem(d, i, f"{name(a)} at {where} comes after {name(prev)}: "
+            out.append(Problem(d, i, f"{name(a)} at {at(i)} comes after {name(prev)}: "
                                      f"{what} actions must run in micro-batch order"))
         if prev is None or a.microbatch > prev.microbatch:
             last[queue] = a
@@ -114,31 +116,32 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
     for (k, x), i in sorted(pos.items(), key=lambda kv: kv[1]):
         f, w = pos.get((Kind.F, x)), pos.get((Kind.W, x))
         b = pos.get((Kind.I, x), pos.get((Kind.B, x)))
-        bname = f"{'I' if (Kind.I, x) in pos else 'B'}{x}"
         so, si = pos.get((Kind.SO, x)), pos.get((Kind.SI, x))
-        where = f"{unit} step {i}"
-        me = name(Action(s, k, x))
+        problem = None
         if k in BACKWARD_INPUT_KINDS and f is not None and f > i:
-            out.append(Problem(d, i, f"{me} at {where} comes before its F{x}"))
+            problem = f"comes before its F{x}"
         elif k == Kind.B and (Kind.I, x) in pos:
-            out.append(Problem(d, i, f"{me} at {where}: micro-batch {x} also has I{x} (a backward is either "
-                                     f"full, B, or split, I + W)"))
+            problem = f": micro-batch {x} also has I{x} (a backward is either full, B, or split, I + W)"
         elif k == Kind.I and w is None:
-            out.append(Problem(d, i, f"{me} at {where} has no W{x} (a split backward needs its weight-grad half)"))
+            problem = f"has no W{x} (a split backward needs its weight-grad half)"
         elif k == Kind.W and (b is None or b > i):
-            out.append(Problem(d, i, f"{me} at {where} does not follow {bname}"))
+            problem = "does not follow {b}"
         elif k == Kind.SO:
             if f is None or f > i:
-                out.append(Problem(d, i, f"{me} at {where} comes before its F{x}"))
+                problem = f"comes before its F{x}"
             elif b is not None and b < i:
-                out.append(Problem(d, i, f"{me} at {where} comes after {bname} freed the activations"))
+                problem = "comes after {b} freed the activations"
             elif si is None:
-                out.append(Problem(d, i, f"{me} at {where} is never swapped back in (no SI{x})"))
+                problem = f"is never swapped back in (no SI{x})"
         elif k == Kind.SI:
             if so is None or so > i:
-                out.append(Problem(d, i, f"{me} at {where} has no earlier SO{x}"))
+                problem = f"has no earlier SO{x}"
             elif b is not None and b < i:
-                out.append(Problem(d, i, f"{me} at {where} comes after {bname} needed it"))
+                problem = "comes after {b} needed it"
+        if problem is not None:
+            bname = f"{'I' if (Kind.I, x) in pos else 'B'}{x}"
+            text = problem.replace("{b}", bname)
+            out.append(Problem(d, i, f"{name(Action(s, k, x))} at {at(i)}{'' if text[0] == ':' else ' '}{text}"))
     return out
 
 
