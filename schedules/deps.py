@@ -48,6 +48,13 @@ def dependency_keys(key: Key, present: Container[Key], num_stages: int) -> tuple
     return _rule(key[0], key[1], key[2], lambda s, k, x: (s, k, x) in present, num_stages)
 
 
+def dependency_table(present, num_stages: int) -> dict[Key, tuple[Key, ...]]:
+    """dependency_keys of every key in `present` (a set of keys), in one pass."""
+    def has(s: int, k: str, x: int) -> bool:
+        return (s, k, x) in present
+    return {key: _rule(key[0], key[1], key[2], has, num_stages) for key in present}
+
+
 def backward_input(stage: int, microbatch: int, present: Container[Action]) -> Action:
     """The step of (stage, micro-batch) that sends its gradient upstream: I if the
     stage splits that backward, else B."""

@@ -31,11 +31,13 @@ dependency order and needs no event queue.
 from __future__ import annotations
 
 from schedules.costs import StageCosts
-from schedules.deps import dependency_keys, key_lag
+from schedules.deps import dependency_table
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Schedule, StageSpec
+from schedules.ir import Action, Kind, Schedule, StageSpec
+
+_KIND_VALUE = {k: k.value for k in Kind}
 from schedules.memory import StageMemory
-from schedules.timeline import OpRecord, Timeline, held_bytes_peaks
+from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
 
 
@@ -53,12 +55,23 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
     where = schedule.stage_to_device
     # hashable keys (stage, kind value, micro-batch) and, per action, what it waits on
     # with the transfer time from each (the one rule, schedules.deps)
-    keys = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in rows]
+    keys = [[(a.stage, _KIND_VALUE[a.kind], a.microbatch) for a in row] for row in rows]
     present = {k for row in keys for k in row}
-    swaps = [spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions) for spec in schedule.stages]
+    swaps = [spec.swap_fraction > 0 and any(a.kind is Kind.SO for a in spec.actions) for spec in schedule.stages]
     lags = [costs.p2p_time(s, swaps[s] or (s + 1 < p and swaps[s + 1])) for s in range(p)]
-    waits = {k: tuple((d, key_lag(d, k, where, lags)) for d in dependency_keys(k, present, p)) for k in present}
+    device = [where[s] for s in range(p)]
+    waits = {k: tuple((d, 0.0 if d[0] == k[0] or device[d[0]] == device[k[0]] else lags[min(d[0], k[0])])
+                      for d in on)     # the transfer time from each (deps.key_lag, inline)
+             for k, on in dependency_table(present, p).items()}
     split = {(s, x) for s, k, x in present if k == "W"}
+    # durations per stage, summed as (time + recompute) + overhead
+    stages, overhead = schedule.stages, costs.action_overhead
+    rec = [costs.recompute[s] if stages[s].adjusted else 0.0 for s in range(p)]
+    dur_f = [costs.fwd[s] + overhead for s in range(p)]
+    dur_w = [costs.weight_grad_time(s) + overhead for s in range(p)]
+    dur_half = [(costs.input_grad_time(s) + rec[s]) + overhead for s in range(p)]   # I, or a B that a W follows
+    dur_full = [(costs.bwd[s] + rec[s]) + overhead for s in range(p)]
+    dur_swap = [costs.swap_time(s, stages[s].swap_fraction, stages[s].adjusted) for s in range(p)]
     end: dict[tuple, float] = {}
     times: dict[Action, tuple[float, float, float]] = {}
     n = len(rows)
@@ -72,44 +85,45 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
         progressed = False
         for d, row in enumerate(rows):
             krow = keys[d]
-            while ptr[d] < len(row):
-                key = krow[ptr[d]]
-                s, k, x = key
+            i, size = ptr[d], len(row)
+            while i < size:
+                key = krow[i]
                 ready = 0.0
                 for dep, lag in waits[key]:
                     e = end.get(dep)
                     if e is None:
                         ready = None
                         break
-                    ready = max(ready, e + lag)
+                    if e + lag > ready:
+                        ready = e + lag
                 if ready is None:
                     break
-                spec = schedule.stages[s]
-                rec = 0.0
-                if k == "SO" or k == "SI":
-                    dur = costs.swap_time(s, spec.swap_fraction, spec.adjusted)
-                    if k == "SO":
-                        start = max(ready, out_free[d], compute_end[d])
-                        out_free[d] = last_so_end[d] = start + dur
-                    else:
-                        start = max(ready, in_free[d], compute_end[d], last_so_end[d])
-                        in_free[d] = start + dur
+                s, k, x = key
+                r = 0.0
+                if k == "SO":
+                    dur = dur_swap[s]
+                    start = max(ready, out_free[d], compute_end[d])
+                    out_free[d] = last_so_end[d] = start + dur
+                elif k == "SI":
+                    dur = dur_swap[s]
+                    start = max(ready, in_free[d], compute_end[d], last_so_end[d])
+                    in_free[d] = start + dur
                 else:
-                    start = max(ready, compute_end[d])
+                    start = ready if ready > compute_end[d] else compute_end[d]
                     if k == "F":
-                        dur = costs.fwd[s]
+                        dur = dur_f[s]
                     elif k == "W":
-                        dur = costs.weight_grad_time(s)
+                        dur = dur_w[s]
                     else:
-                        rec = costs.recompute[s] if spec.adjusted else 0.0
-                        half = k == "I" or (s, x) in split
-                        dur = (costs.input_grad_time(s) if half else costs.bwd[s]) + rec
-                    dur += costs.action_overhead   # launch / dispatch (calibration)
+                        r = rec[s]
+                        dur = dur_half[s] if k == "I" or (s, x) in split else dur_full[s]
                     compute_end[d] = start + dur
                 end[key] = start + dur
-                times[row[ptr[d]]] = (start, start + dur, rec)
-                ptr[d] += 1
-                remaining -= 1
+                times[row[i]] = (start, start + dur, r)
+                i += 1
+            if i != ptr[d]:
+                remaining -= i - ptr[d]
+                ptr[d] = i
                 progressed = True
         if not progressed:  # validate() rules this out; keep the loop honest anyway
             raise ScheduleError(f"schedule {schedule.name!r} cannot make progress")
@@ -177,8 +191,9 @@ def simulate(schedule: Schedule, costs: StageCosts, check: bool = True) -> Timel
 def held_peaks(schedule: Schedule, costs: StageCosts, check: bool = True) -> tuple[float, tuple[float, ...]]:
     """(makespan, each device's peak_held_bytes) of simulate(schedule, costs),
     without its other statistics: what a search compares."""
-    return held_bytes_peaks(schedule.num_stages, _records(schedule, costs, check), stage_memory(schedule, costs),
-                            schedule.stage_to_device)
+    times = op_times(schedule, costs, check)
+    spans = [Span(*times[a][:2], a.stage, str(a), a.kind, a.microbatch) for row in schedule.rows for a in row]
+    return held_bytes_peaks(schedule.num_stages, spans, stage_memory(schedule, costs), schedule.stage_to_device)
 
 
 def _records(schedule: Schedule, costs: StageCosts, check: bool) -> list[OpRecord]:

@@ -23,6 +23,8 @@ host links (SO + SI). Memory: schedules.memory (the one accounting).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
+from typing import NamedTuple
 
 from schedules.deps import dependency_keys
 from schedules.errors import ScheduleError
@@ -226,21 +228,33 @@ class Timeline:
             raise ScheduleError(f"malformed simulation JSON: {type(e).__name__}: {e}") from None
 
 
-def held_bytes_peaks(num_stages: int, ops, memory, stage_to_device=None) -> tuple[float, tuple[float, ...]]:
-    """(makespan, each device's peak_held_bytes) of op records starting at 0: the
-    figures Timeline.from_ops(num_stages, ops, origin=0.0, memory=memory,
-    stage_to_device=...) reports, from the same accounting and record order, without
-    the other statistics (what a search compares)."""
+class Span(NamedTuple):
+    """One op as held_bytes_peaks reads it: the fields the accounting uses, first
+    those Timeline.from_ops orders records by, so a plain sort orders them alike."""
+    start: float
+    end: float
+    stage: int
+    action: str          # "F3", ...: no two ops of a stage share it
+    kind: Kind
+    microbatch: int
+    bytes: float | None = None
+
+
+def held_bytes_peaks(num_stages: int, spans, memory, stage_to_device=None) -> tuple[float, tuple[float, ...]]:
+    """(makespan, each device's peak_held_bytes) of ops (Spans) starting at 0: the
+    figures Timeline.from_ops(num_stages, <the same ops as OpRecords>, origin=0.0,
+    memory=memory, stage_to_device=...) reports, from the same accounting and op
+    order, without the other statistics (what a search compares)."""
     where = tuple(stage_to_device) if stage_to_device is not None else tuple(range(num_stages))
     memory = _stage_memory(num_stages, None, None, memory)
-    ops = sorted(ops, key=_record_order)
-    starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
-    peaks = tuple(device_memory(mine, memory, starts, num_stages).peak_held_bytes for mine in _by_device(ops, where))
-    return max((o.end for o in ops), default=0.0), peaks
+    spans = sorted(spans)
+    starts = {(o.stage, o.kind, o.microbatch): o.start for o in spans}
+    peaks = tuple(device_memory(mine, memory, starts, num_stages).peak_held_bytes
+                  for mine in _by_device(spans, where))
+    return max((o.end for o in spans), default=0.0), peaks
 
 
-def _record_order(o: OpRecord) -> tuple:
-    return o.start, o.end, o.stage, o.action
+_record_order = attrgetter("start", "end", "stage", "action")
 
 
 def _by_device(ops, where) -> list[list[OpRecord]]:

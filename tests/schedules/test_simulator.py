@@ -157,3 +157,24 @@ def test_new_schedules_equal_the_independent_longest_path(name, kw):
     ref = longest_path_times(s, costs)
     for op in tl.ops:
         assert (op.start, op.end) == pytest.approx(ref[(op.stage, op.action)])
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("1f1b", {}), ("obscura", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
+    ("interleaved", {"virtual_stages": 2}), ("zb-h1", {}), ("zb-v", {}),
+    ("obscura-zb-h1", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 1.0}),
+])
+def test_held_peaks_are_the_timelines_makespan_and_held_peaks(name, kw):
+    # the search's light path (schedules.simulator.held_peaks) against the full Timeline,
+    # with kept bytes, recompute bytes, I's frees, the inbox and p2p lags all non-zero
+    from schedules.simulator import held_peaks
+    s = generate(name, 4, 8, **kw)
+    n = s.num_stages
+    costs = StageCosts(fwd=tuple(0.5 + 0.1 * i for i in range(n)), bwd=tuple(1.0 + 0.05 * i for i in range(n)),
+                       recompute=(0.3,) * n, act_bytes=tuple(100.0 + 10 * i for i in range(n)),
+                       act_bytes_recompute=(40.0,) * n, boundary_bytes=(8.0,) * n, p2p_bandwidth=80.0,
+                       host_bandwidth=500.0)
+    tl = simulate(s, costs)
+    makespan, peaks = held_peaks(s, costs)
+    assert makespan == tl.makespan
+    assert peaks == tuple(st.peak_held_bytes for st in tl.stages)
