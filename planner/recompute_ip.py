@@ -193,18 +193,18 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
 
     model = cp_model.CpModel()
     horizon = t_units((max(steps + [problem.c_non]) * (m + p + 1)) * (2 + p)) + 10
-    c_adj = model.NewIntVar(0, horizon, "C_adj")
+    c_adj = model.new_int_var(0, horizon, "C_adj")
     t_next = None
     if k + 1 < p:
         t_next = t_units(problem.c_non * (m + p - k - 2))
     r_exprs, nvars, xs, fulls = [], [], [], []
-    finish = [model.NewIntVar(0, horizon, f"T{s}") for s in range(k + 1)]
+    finish = [model.new_int_var(0, horizon, f"T{s}") for s in range(k + 1)]
     for s, st in enumerate(problem.stages):
-        x = [model.NewBoolVar(f"x{s}_{n}") for n in st.ops]
-        full = model.NewBoolVar(f"full{s}") if problem.allow_full else 0
+        x = [model.new_bool_var(f"x{s}_{n}") for n in st.ops]
+        full = model.new_bool_var(f"full{s}") if problem.allow_full else 0
         if problem.allow_full:
             for xi in x:
-                model.Add(xi + full <= 1)
+                model.add(xi + full <= 1)
         xs.append(x)
         fulls.append(full)
         keep = [1 - xi - full for xi in x]  # 1 when the op's output is kept
@@ -212,8 +212,8 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
             r_expr = full * t_units(st.full_time)
             for i, (count, fwd, ts) in enumerate(st.unit_caps):
                 cap = t_units(fwd)
-                r_kind = model.NewIntVar(0, cap, f"r{s}_{i}")
-                model.AddMinEquality(r_kind, [sum(xi * t_units(t) for xi, t in zip(x, ts)), cap])
+                r_kind = model.new_int_var(0, cap, f"r{s}_{i}")
+                model.add_min_equality(r_kind, [sum(xi * t_units(t) for xi, t in zip(x, ts)), cap])
                 r_expr = r_expr + count * r_kind
         else:
             r_expr = sum(xi * t_units(t) for xi, t in zip(x, st.op_time)) + full * t_units(st.full_time)
@@ -226,16 +226,16 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
             room = math.floor((st.memory_limit - st.weight_bytes) / q)
             if room < 0:
                 return None
-            work = model.NewIntVar(0, 2 ** 40, f"work{s}")
+            work = model.new_int_var(0, 2 ** 40, f"work{s}")
             for u in st.unit_op_bytes:
-                model.Add(work >= sum((xi + full) * math.ceil(a / q) for xi, a in zip(x, u)))
-            model.Add(sum(kv * math.ceil(st.resident * a / q) for kv, a in zip(keep, st.op_bytes))
+                model.add(work >= sum((xi + full) * math.ceil(a / q) for xi, a in zip(x, u)))
+            model.add(sum(kv * math.ceil(st.resident * a / q) for kv, a in zip(keep, st.op_bytes))
                       + base_term + work <= room)
         stall = 0
         if st.swap_blocks > 0 and beta > 0:
             lam = st.swap_blocks
             # a block must hide under one steady forward + backward
-            model.Add(sum(kv * math.ceil(beta * a / q) for kv, a in zip(keep, st.op_bytes))
+            model.add(sum(kv * math.ceil(beta * a / q) for kv, a in zip(keep, st.op_bytes))
                       + (1 - full) * math.ceil(beta * st.base_bytes / q)
                       + full * math.ceil(beta * st.full_kept / q)
                       <= math.floor((st.fwd + st.bwd) * bw / q)
@@ -243,16 +243,16 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
             moved = ((1 - full) * t_units(lam * beta * st.base_bytes / bw)
                      + full * t_units(lam * beta * st.full_kept / bw)
                      + sum(kv * t_units(lam * beta * a / bw) for kv, a in zip(keep, st.op_bytes)))
-            e1 = model.NewIntVar(0, horizon, f"evict{s}")
-            model.Add(e1 >= moved - t_units(lam * st.fwd) - (k - s) * (t_units(st.bwd) + r_expr))
-            e2 = model.NewIntVar(0, horizon, f"load{s}")
-            model.Add(e2 >= moved - lam * (t_units(st.bwd) + r_expr))
+            e1 = model.new_int_var(0, horizon, f"evict{s}")
+            model.add(e1 >= moved - t_units(lam * st.fwd) - (k - s) * (t_units(st.bwd) + r_expr))
+            e2 = model.new_int_var(0, horizon, f"load{s}")
+            model.add(e2 >= moved - lam * (t_units(st.bwd) + r_expr))
             stall = e1 + e2
-        model.Add(c_adj >= t_units(st.fwd + st.bwd) + r_expr)
-        model.Add(finish[s] >= (m + k - s) * c_adj + stall)
+        model.add(c_adj >= t_units(st.fwd + st.bwd) + r_expr)
+        model.add(finish[s] >= (m + k - s) * c_adj + stall)
         after = finish[s + 1] if s < k else t_next
         if after is not None:
-            model.Add(finish[s] >= after + c_adj)
+            model.add(finish[s] >= after + c_adj)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 8  # the portfolio proves optimality far sooner, even on 2 cores
     solver.parameters.max_time_in_seconds = time_limit
@@ -261,30 +261,30 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     # the portfolio returns the same sets on every run), in two solves: one weighted sum
     # of all four overflows CP-SAT's int64 bound (MODEL_INVALID) once p and m are large
     # (p = 16, m = 128).
-    model.Minimize(finish[0])
+    model.minimize(finish[0])
     if not _solved(solver, model):
         return None
-    model.Add(finish[0] <= solver.Value(finish[0]))
+    model.add(finish[0] <= solver.value(finish[0]))
     for v in [xi for x in xs for xi in x] + [f for f in fulls if not isinstance(f, int)]:
-        model.AddHint(v, solver.Value(v))
+        model.add_hint(v, solver.value(v))
     total_ops = sum(len(st.ops) for st in problem.stages)
     w_r = total_ops + 1
     order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
     w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
-    model.Minimize((sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
+    model.minimize((sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
     status = _solved(solver, model)
     if not status:   # the first solve's choice meets the bound: only a time-out lands here
         return None
     sets = []
     for st, x, full in zip(problem.stages, xs, fulls):
-        if problem.allow_full and solver.Value(full):
+        if problem.allow_full and solver.value(full):
             sets.append(frozenset({FULL}))
         else:
-            sets.append(frozenset(n for n, xi in zip(st.ops, x) if solver.Value(xi)))
+            sets.append(frozenset(n for n, xi in zip(st.ops, x) if solver.value(xi)))
     ok, t0, _, choices = score_closed_form(problem, sets)
     if not ok:  # the rounding above is conservative, so this would be a bug
         raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
-    return RecomputeSolution(choices, t0, solver.StatusName(status), time.perf_counter() - start)
+    return RecomputeSolution(choices, t0, solver.status_name(status), time.perf_counter() - start)
 
 
 def _solved(solver, model):
@@ -292,7 +292,7 @@ def _solved(solver, model):
     this module's bug, not an infeasible limit: it raises."""
     from ortools.sat.python import cp_model
 
-    status = solver.Solve(model)
+    status = solver.solve(model)
     if status == cp_model.MODEL_INVALID:
-        raise AssertionError(f"recompute IP: CP-SAT rejects the model: {model.Validate()}")
+        raise AssertionError(f"recompute IP: CP-SAT rejects the model: {model.validate()}")
     return status if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
