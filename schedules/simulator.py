@@ -36,6 +36,7 @@ from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule, StageSpec
 
 _KIND_VALUE = {k: k.value for k in Kind}
+_KIND = {k.value: k for k in Kind}
 from schedules.memory import StageMemory
 from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
@@ -44,7 +45,15 @@ from schedules.validator import validate
 def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
              ) -> dict[Action, tuple[float, float, float]]:
     """(start, end, recompute part) of every action. `check=False` skips validation
-    for callers that just generated the schedule (a search loop, say).
+    for callers that just generated the schedule (a search loop, say)."""
+    _, times = row_times(schedule, costs, check)
+    return {a: t for row, ts in zip(schedule.rows, times) for a, t in zip(row, ts)}
+
+
+def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
+              ) -> tuple[list[list[tuple]], list[list[tuple[float, float, float]]]]:
+    """op_times row by row: each row's keys (stage, kind value, micro-batch) and
+    (start, end, recompute part), in row order.
     Long: one loop keeps the four resources' rules side by side."""
     if check:
         validate(schedule)
@@ -73,8 +82,8 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
     dur_full = [(costs.bwd[s] + rec[s]) + overhead for s in range(p)]
     dur_swap = [costs.swap_time(s, stages[s].swap_fraction, stages[s].adjusted) for s in range(p)]
     end: dict[tuple, float] = {}
-    times: dict[Action, tuple[float, float, float]] = {}
     n = len(rows)
+    times: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
     ptr = [0] * n
     compute_end = [0.0] * n     # end of the last compute op issued on the device
     out_free = [0.0] * n
@@ -84,7 +93,7 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
     while remaining:
         progressed = False
         for d, row in enumerate(rows):
-            krow = keys[d]
+            krow, mine = keys[d], times[d]
             i, size = ptr[d], len(row)
             while i < size:
                 key = krow[i]
@@ -119,7 +128,7 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
                         dur = dur_half[s] if k == "I" or (s, x) in split else dur_full[s]
                     compute_end[d] = start + dur
                 end[key] = start + dur
-                times[row[i]] = (start, start + dur, r)
+                mine.append((start, start + dur, r))
                 i += 1
             if i != ptr[d]:
                 remaining -= i - ptr[d]
@@ -127,7 +136,7 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
                 progressed = True
         if not progressed:  # validate() rules this out; keep the loop honest anyway
             raise ScheduleError(f"schedule {schedule.name!r} cannot make progress")
-    return times
+    return keys, times
 
 
 def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:
@@ -191,8 +200,9 @@ def simulate(schedule: Schedule, costs: StageCosts, check: bool = True) -> Timel
 def held_peaks(schedule: Schedule, costs: StageCosts, check: bool = True) -> tuple[float, tuple[float, ...]]:
     """(makespan, each device's peak_held_bytes) of simulate(schedule, costs),
     without its other statistics: what a search compares."""
-    times = op_times(schedule, costs, check)
-    spans = [Span(*times[a][:2], a.stage, str(a), a.kind, a.microbatch) for row in schedule.rows for a in row]
+    keys, times = row_times(schedule, costs, check)
+    spans = [Span(t[0], t[1], s, f"{k}{x}", _KIND[k], x)
+             for krow, trow in zip(keys, times) for (s, k, x), t in zip(krow, trow)]
     return held_bytes_peaks(schedule.num_stages, spans, stage_memory(schedule, costs), schedule.stage_to_device)
 
 
