@@ -192,11 +192,15 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
         return int(round(x / tau))
 
     model = cp_model.CpModel()
-    horizon = t_units((max(steps + [problem.c_non]) * (m + p + 1)) * (2 + p)) + 10
-    c_adj = model.new_int_var(0, horizon, "C_adj")
     t_next = None
     if k + 1 < p:
         t_next = t_units(problem.c_non * (m + p - k - 2))
+    # C_adj, the finish times and the stalls have lower bounds only, and some optimum
+    # sits at those: these upper bounds keep every optimum, and the objective small
+    c_max = max(t_units(st.fwd + st.bwd) + _recompute_ub(st, t_units) for st in problem.stages)
+    moved_ub = [_moved_ub(st, beta, bw, t_units) for st in problem.stages]
+    horizon = (m + 2 * k + 2) * c_max + 2 * sum(moved_ub) + (t_next or 0) + 10
+    c_adj = model.new_int_var(0, c_max, "C_adj")
     r_exprs, nvars, xs, fulls = [], [], [], []
     finish = [model.new_int_var(0, horizon, f"T{s}") for s in range(k + 1)]
     for s, st in enumerate(problem.stages):
@@ -243,9 +247,9 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
             moved = ((1 - full) * t_units(lam * beta * st.base_bytes / bw)
                      + full * t_units(lam * beta * st.full_kept / bw)
                      + sum(kv * t_units(lam * beta * a / bw) for kv, a in zip(keep, st.op_bytes)))
-            e1 = model.new_int_var(0, horizon, f"evict{s}")
+            e1 = model.new_int_var(0, moved_ub[s], f"evict{s}")
             model.add(e1 >= moved - t_units(lam * st.fwd) - (k - s) * (t_units(st.bwd) + r_expr))
-            e2 = model.new_int_var(0, horizon, f"load{s}")
+            e2 = model.new_int_var(0, moved_ub[s], f"load{s}")
             model.add(e2 >= moved - lam * (t_units(st.bwd) + r_expr))
             stall = e1 + e2
         model.add(c_adj >= t_units(st.fwd + st.bwd) + r_expr)
@@ -256,24 +260,28 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 8  # the portfolio proves optimality far sooner, even on 2 cores
     solver.parameters.max_time_in_seconds = time_limit
-    # Lexicographic (T_0, then total recompute, then fewest ops, then ops earlier in each
-    # stage's list, so that equal-cost ops such as mlp_gate / mlp_up give one optimum and
-    # the portfolio returns the same sets on every run), in two solves: one weighted sum
-    # of all four overflows CP-SAT's int64 bound (MODEL_INVALID) once p and m are large
-    # (p = 16, m = 128).
-    model.minimize(finish[0])
-    if not _solved(solver, model):
-        return None
-    model.add(finish[0] <= solver.value(finish[0]))
-    for v in [xi for x in xs for xi in x] + [f for f in fulls if not isinstance(f, int)]:
-        model.add_hint(v, solver.value(v))
+    # Lexicographic: T_0, then total recompute, then fewest ops, then ops earlier in each
+    # stage's list (equal-cost ops such as mlp_gate / mlp_up give one optimum, and the
+    # portfolio returns the same sets on every run). One weighted sum where CP-SAT can
+    # bound it in int64; past that (p = 16, m = 128 can be) T_0 first, then the rest
+    # under T_0's optimum: the same optimum in two solves.
     total_ops = sum(len(st.ops) for st in problem.stages)
     w_r = total_ops + 1
     order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
     w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
-    model.minimize((sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order))
+    rest = (sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order)
+    w_t = (sum(t_units(max(st.full_time, sum(st.op_time))) for st in problem.stages) * w_r + w_r) * w_o
+    model.minimize(finish[0] * w_t + rest)
+    if model.validate():     # "possible integer overflow in objective"
+        model.minimize(finish[0])
+        if not _solved(solver, model):
+            return None
+        model.add(finish[0] <= solver.value(finish[0]))
+        for v in [xi for x in xs for xi in x] + [f for f in fulls if not isinstance(f, int)]:
+            model.add_hint(v, solver.value(v))
+        model.minimize(rest)
     status = _solved(solver, model)
-    if not status:   # the first solve's choice meets the bound: only a time-out lands here
+    if not status:   # after a first solve its choice meets the bound: only a time-out lands here
         return None
     sets = []
     for st, x, full in zip(problem.stages, xs, fulls):
@@ -285,6 +293,21 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     if not ok:  # the rounding above is conservative, so this would be a bug
         raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
     return RecomputeSolution(choices, t0, solver.status_name(status), time.perf_counter() - start)
+
+
+def _recompute_ub(st: StageProblem, t_units) -> int:
+    """At least r_expr's largest value for the stage (in time quanta)."""
+    ops = sum(c * t_units(f) for c, f, _ in st.unit_caps) if st.unit_caps else sum(t_units(t) for t in st.op_time)
+    return t_units(st.full_time) + ops
+
+
+def _moved_ub(st: StageProblem, beta: float, bw: float, t_units) -> int:
+    """At least the stage's swap transfer time `moved` (in time quanta); 0 without swaps."""
+    if st.swap_blocks <= 0 or beta <= 0:
+        return 0
+    lam = st.swap_blocks
+    return (t_units(lam * beta * st.base_bytes / bw) + t_units(lam * beta * st.full_kept / bw)
+            + sum(t_units(lam * beta * a / bw) for a in st.op_bytes))
 
 
 def _solved(solver, model):
