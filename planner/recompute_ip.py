@@ -313,7 +313,7 @@ def _moved_ub(st: StageProblem, beta: float, bw: float, t_units) -> int:
 def _solved(solver, model):
     """Solve; the status when there is a solution, else None. An invalid model is
     this module's bug, not an infeasible limit: it raises."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # lazy: as in solve()
 
     status = solver.solve(model)
     if status == cp_model.MODEL_INVALID:
