@@ -90,3 +90,32 @@ def test_full_preset_is_chosen_when_cheaper_than_every_op():
                       memory_limit=25.0)
     pr = RecomputeProblem((st,), 2, 4, c_non=3.0)
     assert solve(pr).sets == (frozenset({FULL}),) == brute_force(pr).sets
+
+
+@pytest.mark.parametrize("seed, frac, k, lam, beta", CASES[::7])
+def test_two_solves_give_the_one_weighted_sums_choice(seed, frac, k, lam, beta, monkeypatch):
+    # past CP-SAT's int64 bound solve() minimises T_0, then the rest under it: the same optimum
+    from ortools.sat.python import cp_model
+    rng = random.Random(seed)
+    prof = few_op_profile(rng)
+    pr = problem(prof, k, _fraction_limit(prof, frac, 5), lam, beta, (5, 4, 3))
+    one = solve(pr)
+    monkeypatch.setattr(cp_model.CpModel, "validate", lambda self: "possible integer overflow (forced)")
+    two = solve(pr)
+    assert (one is None) == (two is None) == (brute_force(pr) is None)
+    if one is not None:
+        assert two.sets == one.sets == brute_force(pr).sets
+
+
+def test_a_long_pipeline_is_solved_not_called_infeasible():
+    # p = 64, m = 4096, 24 adjusted stages: the one weighted sum overflows int64 (CP-SAT
+    # answered MODEL_INVALID, which solve() once read as "nothing fits"); every choice
+    # fits here, so a solution must come back, no worse than all stages recomputing fully
+    rng = random.Random(5)
+    prof = few_op_profile(rng)
+    st = problem(prof, 0, float("inf"), 0, 0.0, (5, 4, 3)).stages[0]
+    pr = RecomputeProblem((st,) * 24, 64, 4096, c_non=st.fwd + st.bwd)
+    sol = solve(pr)
+    assert sol is not None and sol.status == "OPTIMAL"
+    full_t0 = score_closed_form(pr, [frozenset({FULL})] * 24)[1]
+    assert sol.iteration_time <= full_t0 * (1 + 1e-6)
