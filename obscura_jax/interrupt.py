@@ -4,10 +4,10 @@ SIGINT raises KeyboardInterrupt as Python's own handler does, and also sets a fl
 because an interrupt can be lost or disguised: raised inside a callback Python runs
 for a library (JAX's garbage-collection hook) it is printed and dropped, and the run
 goes on; raised while an extension module initialises (`import jax`) it surfaces as
-an ImportError. So the trainer asks `raise_if_requested()` at each step, and the
+an ImportError, after the extension printed the cut-short import's traceback. So the trainer asks `raise_if_requested()` at each step, and the
 command line counts any error that follows a Ctrl-C as the interrupt. Installed only
-by the process entry point (obscura_jax.cli.entry): library users keep their own
-SIGINT handling.
+by the process entry point (obscura_jax/__main__.py, before the command line's
+imports): library users keep their own SIGINT handling.
 """
 from __future__ import annotations
 
@@ -19,14 +19,23 @@ _requested = threading.Event()
 
 
 def install() -> None:
+    """Ctrl-C from here on (idempotent). The interpreter's own start-up comes before."""
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _unraisable
+    sys.excepthook = _excepthook
 
 
 def _unraisable(info) -> None:
     """A dropped KeyboardInterrupt is already remembered: no 'Exception ignored' block."""
     if not issubclass(info.exc_type, KeyboardInterrupt):
         sys.__unraisablehook__(info)
+
+
+def _excepthook(exc_type, exc, tb) -> None:
+    """No traceback for an interrupt: also where an extension module prints the
+    import that Ctrl-C cut short (numpy's C API does, before its ImportError)."""
+    if not issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
 
 
 def _on_sigint(signum, frame) -> None:

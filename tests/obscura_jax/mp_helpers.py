@@ -45,6 +45,19 @@ class Launched:
         raise AssertionError(f"no start line:\n{self.text()}")
 
 
+def crash_report(text: str, per_process: int = 12, tail: int = 3000) -> str:
+    """For a failed assertion: each process's first lines that are not native stack
+    frames (where a crash starts: the tail is often only the others' fallout), then
+    the output's tail."""
+    firsts: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("[p") and "]" in line and "    @ " not in line:
+            mine = firsts.setdefault(line.split("]", 1)[0] + "]", [])
+            if len(mine) < per_process:
+                mine.append(line)
+    return "\n".join(line for lines in firsts.values() for line in lines) + "\n...\n" + text[-tail:]
+
+
 def launch(args: list[str], env: dict | None = None) -> Launched:
     proc = subprocess.Popen([sys.executable, "-m", "obscura_jax", *args], cwd=ROOT, text=True, bufsize=1,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

@@ -15,7 +15,7 @@ import pytest
 from obscura_jax.placement import place_stages
 from obscura_jax.run_config import RunConfig
 from obscura_jax.trainer import train
-from tests.obscura_jax.mp_helpers import TINY, launch, run
+from tests.obscura_jax.mp_helpers import TINY, crash_report, launch, run
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_only_complete_steps_are_left_and_resume_continues_the_curve(killed, tmp
     out = tmp_path / "resumed.json"
     rc, text = run(["train", *TINY, "--processes", "4", "--steps", str(last + 2), "--resume",
                     "--checkpoint-dir", str(ck), "--json", str(out), "--check"], timeout=240)
-    assert rc == 0, text[-3000:]
+    assert rc == 0, crash_report(text)
     assert "check vs unpipelined model" in text and "(equal at rtol" in text      # params gathered from 4
     assert f"resumed from {ck} at step {last}" in text
     assert not any("tmp" in p.name for p in ck.iterdir())     # the cut-short save was cleaned up
