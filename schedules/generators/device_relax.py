@@ -38,7 +38,7 @@ class DeviceRelaxation:
     def __init__(self, base: Schedule, costs: StageCosts) -> None:
         rows = base.rows
         if any(not a.is_compute for row in rows for a in row):
-            raise ScheduleError("relaxed_device_rows: rows may hold compute actions only (add swaps afterwards)")
+            raise ScheduleError("device relaxation: rows may hold compute actions only (add swaps afterwards)")
         p, where = base.num_stages, base.stage_to_device
         keys = [(a.stage, a.kind.value, a.microbatch) for row in rows for a in row]
         index = {k: i for i, k in enumerate(keys)}
@@ -174,13 +174,6 @@ class DeviceRelaxation:
         if placed != total:
             return None
         return out, max((e for e in end if e is not None), default=0.0)
-
-
-def relaxed_device_rows(base: Schedule, caps: dict[int, int], costs: StageCosts
-                        ) -> tuple[list[list[Action]], float] | None:
-    """The rows of `base` relaxed on the capped devices under `costs`, and their
-    makespan; None if the caps deadlock (see the module docstring)."""
-    return DeviceRelaxation(base, costs)(caps)
 
 
 def _duration(key: tuple, costs: StageCosts, adjusted: set[int], split: set[tuple[int, int]]) -> float:
