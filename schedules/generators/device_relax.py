@@ -81,18 +81,18 @@ class DeviceRelaxation:
         """(rows, makespan: what the simulator gives them under the same costs), or
         None if the caps deadlock, or once the makespan is sure to exceed `limit`
         (a device's remaining work cannot end by then).
-        Long: one event loop keeps both device kinds."""
+        Long: one event loop, its candidate rule inline (the hot path of the cap search)."""
         n, ids, deps, dur, is_f, frees, woken = self.n, self.ids, self.deps, self.dur, self.is_f, self.frees, self.woken
         end: list[float | None] = [None] * len(dur)
         out: list[list[Action]] = [[] for _ in range(n)]
         left = [sum(dur[i] for i in ids[d]) for d in range(n)]
         bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
-        ptr = [0] * n
-        heads: dict[int, list[tuple[int, int]]] = {}     # capped device -> sorted (row position, queue)
-        qpos: dict[int, list[int]] = {}
-        for d in caps:
-            heads[d] = sorted((q[0], j) for j, q in enumerate(self.queues[d]))
-            qpos[d] = [0] * len(self.queues[d])
+        # per device: its queues (a device kept as it is has one: its whole row), the
+        # heads sorted by row position, each queue's head; its cap (none when kept)
+        queues = [self.queues[d] if d in caps else [list(range(len(ids[d])))] for d in range(n)]
+        heads = [sorted((q[0], j) for j, q in enumerate(queues[d]) if q) for d in range(n)]
+        qpos = [[0] * len(queues[d]) for d in range(n)]
+        cap = [caps.get(d, math.inf) for d in range(n)]
         free_at = [0.0] * n
         held = [0] * n
         events = [(0.0, d, d) for d in range(n)]
@@ -107,29 +107,11 @@ class DeviceRelaxation:
                 return None
             chosen = slot = None
             soonest = math.inf
-            row_ids = ids[d]
-            if d in heads:
-                cap_full = held[d] >= caps[d]
-                for slot_j, (pos, _) in enumerate(heads[d]):
-                    i = row_ids[pos]
-                    if cap_full and is_f[i]:
-                        continue
-                    r = 0.0
-                    for j, lg in deps[i]:
-                        e = end[j]
-                        if e is None:
-                            r = None
-                            break
-                        if e + lg > r:
-                            r = e + lg
-                    if r is not None:
-                        if r <= t:
-                            chosen, slot = i, slot_j
-                            break
-                        if r < soonest:
-                            soonest = r
-            elif ptr[d] < len(row_ids):
-                i = row_ids[ptr[d]]
+            row_ids, cap_full = ids[d], held[d] >= cap[d]
+            for slot_j, (pos, _) in enumerate(heads[d]):
+                i = row_ids[pos]
+                if cap_full and is_f[i]:
+                    continue
                 r = 0.0
                 for j, lg in deps[i]:
                     e = end[j]
@@ -140,22 +122,20 @@ class DeviceRelaxation:
                         r = e + lg
                 if r is not None:
                     if r <= t:
-                        chosen = i
-                    else:
+                        chosen, slot = i, slot_j
+                        break
+                    if r < soonest:
                         soonest = r
             if chosen is None:
                 if soonest < math.inf:
                     push(events, (soonest, seq, d))
                     seq += 1
                 continue    # otherwise woken when something it waits on is placed
-            if slot is None:
-                ptr[d] += 1
-            else:
-                _, qj = heads[d].pop(slot)
-                qpos[d][qj] += 1
-                queue = self.queues[d][qj]
-                if qpos[d][qj] < len(queue):
-                    bisect.insort(heads[d], (queue[qpos[d][qj]], qj))
+            _, qj = heads[d].pop(slot)
+            qpos[d][qj] += 1
+            queue = queues[d][qj]
+            if qpos[d][qj] < len(queue):
+                bisect.insort(heads[d], (queue[qpos[d][qj]], qj))
             e = t + dur[chosen]
             end[chosen] = e
             left[d] -= dur[chosen]
