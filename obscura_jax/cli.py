@@ -32,6 +32,7 @@ from obscura_jax import interrupt
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
+PIPE_CLOSED = 141   # 128 + SIGPIPE
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -118,14 +119,26 @@ def interrupted(prog: str) -> int:
     return 130
 
 
+def reader_gone() -> int:
+    """stdout's reader closed the pipe (`obscura ... | head`): nothing to say, and
+    nothing more to print. stdout now points at /dev/null, so the interpreter's last
+    flush does not fail again; 141 is what a shell shows for a process SIGPIPE ended."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return PIPE_CLOSED
+
+
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """body() -> exit code. An ObscuraError or OSError is bad input: one line
     `<prog>: error: ...`, exit 2. Anything else is a bug: traceback, a line asking
-    to report it, exit 1. Ctrl-C: exit 130."""
+    to report it, exit 1. Ctrl-C: exit 130. A closed stdout pipe: exit 141, silent."""
     try:
-        return int(body() or 0)
+        code = int(body() or 0)
+        sys.stdout.flush()   # a closed pipe shows here, while it can still be answered
+        return code
     except KeyboardInterrupt:
         return interrupted(prog)
+    except BrokenPipeError:
+        return reader_gone()
     except (ObscuraError, OSError) as e:
         if interrupt.requested():   # e.g. `import jax` cut short by Ctrl-C
             return interrupted(prog)
@@ -176,7 +189,10 @@ def entry() -> None:
         code = main()
     except KeyboardInterrupt:   # before run_command took over (building the parser)
         code = interrupted("obscura")
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = reader_gone()
     sys.stderr.flush()
     if code == 130:
         os._exit(code)

@@ -1,6 +1,10 @@
 """How the `obscura` command line (and every script, through run_command) ends:
 only the ObscuraError family and file problems are user errors (one line, exit 2);
 anything else is a bug (traceback, a line asking to report it, exit 1)."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from models.errors import ObscuraError
@@ -63,6 +67,20 @@ def test_interrupt_and_exit_codes(capsys):
         raise KeyboardInterrupt
     assert cli.run_command("prog", interrupted) == 130
     assert cli.run_command("prog", lambda: None) == 0 and cli.run_command("prog", lambda: 3) == 3
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`obscura simulate ... | head -0`: exit 141 (what a shell shows for SIGPIPE) with
+    nothing on stderr; not "error: Broken pipe", exit 2. The reader is gone before the
+    first write, so the write fails every time (no race with the pipe's buffer)."""
+    command = [sys.executable, "-m", "obscura_jax", "simulate", "--schedule", "1f1b", "--stages", "4",
+               "--microbatches", "8", "--ascii"]
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.Popen(command, stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (cli.PIPE_CLOSED, b"")
 
 
 def _option_blocks(help_text: str) -> dict[str, str]:
