@@ -47,19 +47,22 @@ def problems(schedule: Schedule) -> list[Problem]:
     return found
 
 
-# Schedules are frozen and hashable, and planners validate the same candidate many
-# times (generate, then simulate): remember the last few that passed.
-_KNOWN_VALID: "OrderedDict[Schedule, None]" = OrderedDict()
+# Planners validate the same rows many times (generate, then simulate; one order under
+# several swap fractions or recompute names): remember the last few that passed, by
+# what the rules read: micro-batches, stage -> device map and device rows (names,
+# recompute sets and swap settings only label messages).
+_KNOWN_VALID: "OrderedDict[tuple, None]" = OrderedDict()
 _KNOWN_VALID_SIZE = 512
 
 
 def validate(schedule: Schedule) -> None:
-    if schedule in _KNOWN_VALID:
-        _KNOWN_VALID.move_to_end(schedule)
+    key = (schedule.num_microbatches, schedule.stage_to_device, schedule.rows)
+    if key in _KNOWN_VALID:
+        _KNOWN_VALID.move_to_end(key)
         return
     found = problems(schedule)
     if not found:
-        _KNOWN_VALID[schedule] = None
+        _KNOWN_VALID[key] = None
         if len(_KNOWN_VALID) > _KNOWN_VALID_SIZE:
             _KNOWN_VALID.popitem(last=False)
         return

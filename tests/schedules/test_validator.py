@@ -128,3 +128,25 @@ def test_chunked_schedules_name_devices_and_print_stage_first():
     assert msg.splitlines()[2].startswith("device 0") and "[2F0]" in msg.splitlines()[3]
     msg = _error(_chunked("0F0 3F0 3B0 0B0 0B0", "1F0 2F0 2B0 1B0"))
     assert "0B0 at device 0 step 4 is a duplicate (first at step 3)" in msg.splitlines()[0]
+
+
+def test_a_schedule_that_passed_is_not_checked_again_under_another_name_or_swap_fraction(monkeypatch):
+    """The memo is keyed on what the rules read (micro-batches, stage -> device map,
+    rows): a renamed copy or one with other swap fractions is the same verdict; other
+    rows are checked, and a bad one still fails."""
+    import dataclasses
+
+    from schedules import validator
+    sched = generate("obscura", 4, 8, adjusted=1, swap_blocks=1, swap_fraction=0.5)
+    validate(sched)
+    checked = []
+    monkeypatch.setattr(validator, "problems", lambda s: checked.append(s) or [])
+    stages = tuple(dataclasses.replace(st, swap_fraction=0.25 if st.swap_fraction else 0.0) for st in sched.stages)
+    validate(dataclasses.replace(sched, name="renamed", stages=stages))
+    assert checked == []
+    monkeypatch.undo()
+    row = list(sched.rows[1])
+    row[0], row[1] = row[1], row[0]          # F1 before F0
+    with pytest.raises(ScheduleError, match="renamed"):
+        validate(dataclasses.replace(replace_row(sched, 1, row), name="renamed"))
+
