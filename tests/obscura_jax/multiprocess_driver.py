@@ -1,8 +1,8 @@
 """One process of a multi-process test run (started by obscura_jax.launch.launch_local
 with command `python -m tests.obscura_jax.multiprocess_driver`): trains every case of
-numerics_cases.CASES on llama2-tiny (or, with `zoo`, MP_ZOO_CASES: chunks per device
-and the split backward, each case naming its model) in turn on its share of the
-stages, and process 0 writes each case's losses and gathered final params to
+numerics_cases.CASES on llama2-tiny (with `zoo`, after them MP_ZOO_CASES: chunks per
+device and the split backward, each case naming its model) in turn on its share of
+the stages, and process 0 writes each case's losses and gathered final params to
 OUT/case<i>.pkl (plus the clock offsets).
 
     python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS [zoo]
@@ -35,7 +35,7 @@ def body(group, out: str, cases) -> int:
 
 def main(argv: list[str]) -> int:
     out, per_process = argv[0], int(argv[1])
-    cases = MP_ZOO_CASES if argv[2:] == ["zoo"] else [("llama2-tiny", n, k) for n, k in CASES]
+    cases = [("llama2-tiny", n, k) for n, k in CASES] + (MP_ZOO_CASES if argv[2:] == ["zoo"] else [])
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
     return run_distributed(spec, lambda group: body(group, out, cases))
 

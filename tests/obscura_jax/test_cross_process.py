@@ -2,9 +2,9 @@
 llama2-tiny, p=4, m=8, 3 steps of AdamW, every schedule of numerics_cases (gpipe,
 1f1b, recomp K=1 and K=all, strawman K=1, obscura K=1 with swapping) trained by 4
 local processes x 1 CPU device, and by 2 processes x 2 devices (two stages per
-process), each in ONE launch running all cases in turn; and interleaved (V = 2),
-zb-h1, zb-v, obscura-interleaved and obscura-zb-h1 (split backward, recompute,
-swapping) on llama2-tiny and gpt3-tiny by 4 processes x 1 device, in one launch
+process), each in ONE launch running all cases in turn; the 4 x 1 launch also runs
+interleaved (V = 2), zb-h1, zb-v, obscura-interleaved and obscura-zb-h1 (split
+backward, recompute, swapping) on llama2-tiny and gpt3-tiny
 (numerics_cases.MP_ZOO_CASES: 8 stages, two per process, for the chunked ones).
 Per-step losses equal the engine on one stage (`--stages 1`) and the unpipelined
 model at rtol 1e-5; final params within the engine's documented tolerance
@@ -48,7 +48,7 @@ def reference():
 
 def run_launch(tmp_path, processes: int, per_process: int, zoo: bool = False, meanwhile=None) -> dict:
     log = io.StringIO()
-    ids = MP_ZOO_IDS if zoo else IDS
+    ids = IDS + (MP_ZOO_IDS if zoo else [])
     rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)] + (["zoo"] if zoo else []), processes,
                                        devices_per_process=per_process, out=log,
                                        command=[sys.executable, "-m", "tests.obscura_jax.multiprocess_driver"]),
@@ -92,23 +92,33 @@ def check_results(results: dict, references: dict, stage_process, cases: dict) -
 
 
 PLAIN = {i: ("llama2-tiny", n, k) for i, (n, k) in zip(IDS, CASES)}
+ZOO = dict(zip(MP_ZOO_IDS, MP_ZOO_CASES))
 
 
-def test_four_processes_one_device_each_train_like_the_plain_model(tmp_path, reference):
-    check_results(run_launch(tmp_path, 4, 1), {"llama2-tiny": reference}, [0, 1, 2, 3], PLAIN)
+@pytest.fixture(scope="module")
+def four_processes(tmp_path_factory, reference):
+    """One launch of 4 processes x 1 device running every case (PLAIN, then ZOO): one
+    start-up for both tests below; gpt3-tiny's reference is computed meanwhile."""
+    references = {"llama2-tiny": reference}
+
+    def other_references():
+        references.update({m: model_reference(m) for m, _, _ in MP_ZOO_CASES if m not in references})
+    results = run_launch(tmp_path_factory.mktemp("four"), 4, 1, zoo=True, meanwhile=other_references)
+    return results, references
+
+
+def test_four_processes_one_device_each_train_like_the_plain_model(four_processes):
+    results, references = four_processes
+    check_results({i: results[i] for i in PLAIN}, references, [0, 1, 2, 3], PLAIN)
 
 
 def test_two_processes_two_stages_each_train_like_the_plain_model(tmp_path, reference):
     check_results(run_launch(tmp_path, 2, 2), {"llama2-tiny": reference}, [0, 0, 1, 1], PLAIN)
 
 
-def test_four_processes_run_chunked_and_split_backward_schedules_like_the_plain_model(tmp_path, reference):
+def test_four_processes_run_chunked_and_split_backward_schedules_like_the_plain_model(four_processes):
+    results, references = four_processes
     where = {"interleaved": [0, 1, 2, 3, 0, 1, 2, 3], "obscura-interleaved": [0, 1, 2, 3, 0, 1, 2, 3],
              "zb-v": [0, 1, 2, 3, 3, 2, 1, 0], "zb-h1": [0, 1, 2, 3], "obscura-zb-h1": [0, 1, 2, 3]}
-    cases = dict(zip(MP_ZOO_IDS, MP_ZOO_CASES))
-    references = {"llama2-tiny": reference}
-
-    def other_references():
-        references.update({m: model_reference(m) for m, _, _ in MP_ZOO_CASES if m not in references})
-    results = run_launch(tmp_path, 4, 1, zoo=True, meanwhile=other_references)
-    check_results(results, references, {i: where[schedule] for i, (_, schedule, _) in cases.items()}, cases)
+    check_results({i: results[i] for i in ZOO}, references,
+                  {i: where[schedule] for i, (_, schedule, _) in ZOO.items()}, ZOO)
