@@ -120,17 +120,53 @@ def interrupted(prog: str) -> int:
 
 
 def reader_gone() -> int:
-    """stdout's reader closed the pipe (`obscura ... | head`): nothing to say, and
-    nothing more to print. stdout now points at /dev/null, so the interpreter's last
-    flush does not fail again; 141 is what a shell shows for a process SIGPIPE ended."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """stdout's reader closed the pipe (`obscura ... | head`) and the command stopped:
+    nothing to say, and nothing more to print. stdout now points at /dev/null, so the
+    interpreter's last flush does not fail again; 141 is what a shell shows for a
+    process SIGPIPE ended."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):   # not a file (a caller's capture): nothing to redirect
+        return PIPE_CLOSED
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     return PIPE_CLOSED
+
+
+class StdoutAfterReader:
+    """sys.stdout for the `obscura` script: once its reader has closed the pipe
+    (`obscura plan ... --json p.json | head -3`), what is printed goes to /dev/null and
+    the command goes on, so the files it was asked for are still written; its exit
+    code is its own. (Without it, the first print after `head` left stops the command
+    half-way, the way SIGPIPE stops a C tool.)"""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+
+    def _to_null(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """body() -> exit code. An ObscuraError or OSError is bad input: one line
     `<prog>: error: ...`, exit 2. Anything else is a bug: traceback, a line asking
-    to report it, exit 1. Ctrl-C: exit 130. A closed stdout pipe: exit 141, silent."""
+    to report it, exit 1. Ctrl-C: exit 130. A closed stdout pipe that stopped it
+    (where stdout is not a StdoutAfterReader): exit 141, silent."""
     try:
         code = int(body() or 0)
         sys.stdout.flush()   # a closed pipe shows here, while it can still be answered
@@ -185,6 +221,7 @@ def entry() -> None:
     - Ctrl-C during the teardown is ignored: the teardown restores SIGINT's default
       action, and a late Ctrl-C would kill the process silently (-SIGINT)."""
     interrupt.install()
+    sys.stdout = StdoutAfterReader(sys.stdout)
     try:
         code = main()
     except KeyboardInterrupt:   # before run_command took over (building the parser)

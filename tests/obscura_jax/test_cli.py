@@ -1,6 +1,7 @@
 """How the `obscura` command line (and every script, through run_command) ends:
 only the ObscuraError family and file problems are user errors (one line, exit 2);
 anything else is a bug (traceback, a line asking to report it, exit 1)."""
+import json
 import os
 import subprocess
 import sys
@@ -69,18 +70,28 @@ def test_interrupt_and_exit_codes(capsys):
     assert cli.run_command("prog", lambda: None) == 0 and cli.run_command("prog", lambda: 3) == 3
 
 
-def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
-    """`obscura simulate ... | head -0`: exit 141 (what a shell shows for SIGPIPE) with
-    nothing on stderr; not "error: Broken pipe", exit 2. The reader is gone before the
-    first write, so the write fails every time (no race with the pipe's buffer)."""
+def test_a_reader_that_closes_the_pipe_costs_no_output_file(tmp_path):
+    """`obscura simulate ... --json sim.json | head -0`: the command goes on without
+    printing, writes sim.json, exits 0 with nothing on stderr (not "error: Broken pipe",
+    exit 2, no file). The reader is gone before the first write, so every write fails
+    (no race with the pipe's buffer)."""
+    out = tmp_path / "sim.json"
     command = [sys.executable, "-m", "obscura_jax", "simulate", "--schedule", "1f1b", "--stages", "4",
-               "--microbatches", "8", "--ascii"]
+               "--microbatches", "8", "--ascii", "--json", str(out)]
     read, write = os.pipe()
     os.close(read)
     proc = subprocess.Popen(command, stdout=write, stderr=subprocess.PIPE)
     os.close(write)
     _, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (cli.PIPE_CLOSED, b"")
+    assert (proc.returncode, err) == (0, b"")
+    assert json.loads(out.read_text())["makespan"] > 0
+
+
+def test_a_closed_pipe_that_stops_a_command_is_silent_exit_141(capsys):
+    def printing():
+        raise BrokenPipeError(32, "Broken pipe")
+    assert cli.run_command("prog", printing) == cli.PIPE_CLOSED
+    assert capsys.readouterr().err == ""
 
 
 def _option_blocks(help_text: str) -> dict[str, str]:
