@@ -3,17 +3,27 @@
 SIGINT raises KeyboardInterrupt as Python's own handler does, and also sets a flag,
 because an interrupt can be lost or disguised: raised inside a callback Python runs
 for a library (JAX's garbage-collection hook) it is printed and dropped, and the run
-goes on; raised while an extension module initialises (`import jax`) it surfaces as
-an ImportError, after the extension printed the cut-short import's traceback. So the trainer asks `raise_if_requested()` at each step, and the
-command line counts any error that follows a Ctrl-C as the interrupt. Installed only
-by the process entry point (obscura_jax/__main__.py, before the command line's
-imports): library users keep their own SIGINT handling.
+goes on. So the trainer asks `raise_if_requested()` at each step, and the command
+line counts any error that follows a Ctrl-C as the interrupt.
+
+While an extension module initialises (`import jax` runs jaxlib's C++ module init,
+which calls back into Python), an exception raised in those callbacks can abort the
+process (SIGABRT, seen from jaxlib) or turn into an ImportError after the extension
+printed the cut-short import (numpy's C API). So Ctrl-C there is deferred: a helper
+thread sends SIGINT again once the main thread has left the extension's set-up, and
+the handler raises then.
+
+Installed only by the process entry point (obscura_jax/__main__.py, before the command
+line's imports): library users keep their own SIGINT handling.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
+from importlib.machinery import ExtensionFileLoader
 
 _requested = threading.Event()
 
@@ -40,7 +50,40 @@ def _excepthook(exc_type, exc, tb) -> None:
 
 def _on_sigint(signum, frame) -> None:
     _requested.set()
+    if in_extension_init(frame):
+        _send_again_after_init()
+        return
     raise KeyboardInterrupt
+
+
+# the frames an extension module's set-up runs under (importlib's own code objects)
+_EXTENSION_INIT = (ExtensionFileLoader.create_module.__code__, ExtensionFileLoader.exec_module.__code__)
+
+
+def in_extension_init(frame) -> bool:
+    """Whether `frame` (or a caller of it) is an extension module being created or
+    executed: Python code a C extension calls while it is imported."""
+    while frame is not None:
+        if frame.f_code in _EXTENSION_INIT:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_resend = threading.Lock()    # held while a re-send waits: several Ctrl-C in one init, one interrupt
+
+
+def _send_again_after_init() -> None:
+    if not _resend.acquire(blocking=False):
+        return
+    main = threading.main_thread().ident
+
+    def wait() -> None:
+        while in_extension_init(sys._current_frames().get(main)):
+            time.sleep(0.01)
+        _resend.release()
+        os.kill(os.getpid(), signal.SIGINT)    # handled again, now where raising is safe
+    threading.Thread(target=wait, daemon=True, name="ctrl-c after extension init").start()
 
 
 def requested() -> bool:

@@ -38,3 +38,39 @@ def test_not_installed_nothing_is_requested():
     # library use (pytest here): the flag is only set by the entry point's handler
     assert not interrupt.requested()
     interrupt.raise_if_requested()
+
+
+# Run in a subprocess: the handler is installed and SIGINT is really sent again.
+# `exec_module` below is importlib's ExtensionFileLoader.exec_module itself, given a
+# stand-in for the C extension's init (which calls back into Python, as jaxlib's does).
+_DEFERRED = """
+import os, signal, sys, time, types
+from importlib.machinery import ExtensionFileLoader
+from obscura_jax import interrupt
+interrupt.install()
+seen = []
+def init(module):                       # the extension's set-up, calling Python
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(30):
+        time.sleep(0.01)                # the handler runs in here: it must not raise
+    seen.append(interrupt.in_extension_init(sys._getframe()))
+bootstrap = types.SimpleNamespace(_call_with_frames_removed=lambda f, *a: f(*a),
+                                  _verbose_message=lambda *a: None)
+exec_module = types.FunctionType(ExtensionFileLoader.exec_module.__code__,
+                                 {"_bootstrap": bootstrap, "_imp": types.SimpleNamespace(exec_dynamic=init)})
+exec_module(types.SimpleNamespace(name="fake", path="fake.so"), None)
+print("init finished", seen, interrupt.requested(), interrupt.in_extension_init(sys._getframe()), flush=True)
+try:
+    time.sleep(5)
+    print("not raised")
+except KeyboardInterrupt:
+    print("raised after init")
+"""
+
+
+def test_ctrl_c_while_an_extension_initialises_is_raised_once_it_has():
+    """Raising into an extension's module init can abort the process (jaxlib: SIGABRT,
+    seen under load): the handler defers there, and the interrupt arrives after."""
+    r = subprocess.run([sys.executable, "-c", _DEFERRED], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["init finished [True] True False", "raised after init"], r.stdout + r.stderr
