@@ -5,9 +5,7 @@ device and the split backward, each case naming its model) in turn on its share 
 the stages, and process 0 writes each case's losses and gathered final params to
 OUT/case<i>.pkl (plus the clock offsets).
 
-    python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS [zoo | every-zoo]
-
-(`every-zoo`: MP_EVERY_ZOO_CASE alone, all five zoo schedules on both models.)
+    python -m tests.obscura_jax.multiprocess_driver OUT DEVICES_PER_PROCESS [zoo]
 """
 import os
 import pickle
@@ -17,7 +15,7 @@ from obscura_jax.distributed import gather_params, run_distributed
 from obscura_jax.launch import process_spec
 from obscura_jax.placement import place_across_processes
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import CASES, MP_EVERY_ZOO_CASE, MP_ZOO_CASES, run_config
+from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 
 def body(group, out: str, cases) -> int:
@@ -37,10 +35,7 @@ def body(group, out: str, cases) -> int:
 
 def main(argv: list[str]) -> int:
     out, per_process = argv[0], int(argv[1])
-    if argv[2:] == ["every-zoo"]:
-        cases = MP_EVERY_ZOO_CASE
-    else:
-        cases = [("llama2-tiny", n, k) for n, k in CASES] + (MP_ZOO_CASES if argv[2:] == ["zoo"] else [])
+    cases = [("llama2-tiny", n, k) for n, k in CASES] + (MP_ZOO_CASES if argv[2:] == ["zoo"] else [])
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
     return run_distributed(spec, lambda group: body(group, out, cases))
 

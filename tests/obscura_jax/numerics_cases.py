@@ -41,9 +41,6 @@ ZOO_IDS = [f"{n}-{k}" for n, k in ZOO_CASES]
 MP_ZOO_CASES = ([("llama2-tiny", n, k) for n, k in ZOO_CASES]
                 + [("gpt3-tiny", n, k) for n, k in (ZOO_CASES[1], ZOO_CASES[3])])
 MP_ZOO_IDS = [f"{model}-{n}-{k}" for model, n, k in MP_ZOO_CASES]
-# All five on both models (test_cross_process's opt-in test, OBSCURA_TEST_EVERY_ZOO_CASE=1)
-MP_EVERY_ZOO_CASE = [(model, n, k) for model in ("llama2-tiny", "gpt3-tiny") for n, k in ZOO_CASES]
-MP_EVERY_ZOO_IDS = [f"{model}-{n}-{k}" for model, n, k in MP_EVERY_ZOO_CASE]
 
 
 def run_config(model, schedule, **kw):

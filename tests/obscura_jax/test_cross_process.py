@@ -11,7 +11,6 @@ model at rtol 1e-5; final params within the engine's documented tolerance
 (checks.tolerances; widened where the step-1 gradient is rounding noise,
 numerics_cases.adam_bound)."""
 import io
-import os
 import pickle
 import sys
 import threading
@@ -24,9 +23,8 @@ from obscura_jax.launch import launch_local
 from obscura_jax.placement import place_stages
 from obscura_jax.run_config import RunConfig
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_EVERY_ZOO_CASE, MP_EVERY_ZOO_IDS, MP_ZOO_CASES,
-                                              MP_ZOO_IDS, STEPS, T, assert_params_match, make_reference,
-                                              run_config)
+from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_ZOO_CASES, MP_ZOO_IDS, STEPS, T, assert_params_match,
+                                              make_reference, run_config)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]   # the launcher forks to exec
@@ -48,12 +46,10 @@ def reference():
     return model_reference("llama2-tiny")
 
 
-def run_launch(tmp_path, processes: int, per_process: int, zoo: bool = False, meanwhile=None,
-               every_zoo: bool = False) -> dict:
+def run_launch(tmp_path, processes: int, per_process: int, zoo: bool = False, meanwhile=None) -> dict:
     log = io.StringIO()
-    ids = MP_EVERY_ZOO_IDS if every_zoo else IDS + (MP_ZOO_IDS if zoo else [])
-    mode = ["every-zoo"] if every_zoo else ["zoo"] if zoo else []
-    rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)] + mode, processes,
+    ids = IDS + (MP_ZOO_IDS if zoo else [])
+    rc = _bounded(lambda: launch_local([str(tmp_path), str(per_process)] + (["zoo"] if zoo else []), processes,
                                        devices_per_process=per_process, out=log,
                                        command=[sys.executable, "-m", "tests.obscura_jax.multiprocess_driver"]),
                   meanwhile)
@@ -97,9 +93,6 @@ def check_results(results: dict, references: dict, stage_process, cases: dict) -
 
 PLAIN = {i: ("llama2-tiny", n, k) for i, (n, k) in zip(IDS, CASES)}
 ZOO = dict(zip(MP_ZOO_IDS, MP_ZOO_CASES))
-# each zoo schedule's stage -> process map on 4 processes x 1 device (8 stages for the chunked ones)
-WHERE = {"interleaved": [0, 1, 2, 3, 0, 1, 2, 3], "obscura-interleaved": [0, 1, 2, 3, 0, 1, 2, 3],
-         "zb-v": [0, 1, 2, 3, 3, 2, 1, 0], "zb-h1": [0, 1, 2, 3], "obscura-zb-h1": [0, 1, 2, 3]}
 
 
 @pytest.fixture(scope="module")
@@ -125,18 +118,7 @@ def test_two_processes_two_stages_each_train_like_the_plain_model(tmp_path, refe
 
 def test_four_processes_run_chunked_and_split_backward_schedules_like_the_plain_model(four_processes):
     results, references = four_processes
+    where = {"interleaved": [0, 1, 2, 3, 0, 1, 2, 3], "obscura-interleaved": [0, 1, 2, 3, 0, 1, 2, 3],
+             "zb-v": [0, 1, 2, 3, 3, 2, 1, 0], "zb-h1": [0, 1, 2, 3], "obscura-zb-h1": [0, 1, 2, 3]}
     check_results({i: results[i] for i in ZOO}, references,
-                  {i: WHERE[schedule] for i, (_, schedule, _) in ZOO.items()}, ZOO)
-
-
-@pytest.mark.skipif(not os.environ.get("OBSCURA_TEST_EVERY_ZOO_CASE"),
-                    reason="all five zoo schedules on both models across 4 processes (~3 more minutes): "
-                           "set OBSCURA_TEST_EVERY_ZOO_CASE=1")
-def test_every_zoo_schedule_on_both_models_across_four_processes(tmp_path, reference):
-    """The full matrix behind the chunked test above (which runs gpt3-tiny's
-    zb-h1 and obscura-interleaved only, for CI time): opt-in."""
-    cases = dict(zip(MP_EVERY_ZOO_IDS, MP_EVERY_ZOO_CASE))
-    references = {"llama2-tiny": reference}
-    results = run_launch(tmp_path, 4, 1, every_zoo=True,
-                         meanwhile=lambda: references.update({"gpt3-tiny": model_reference("gpt3-tiny")}))
-    check_results(results, references, {i: WHERE[schedule] for i, (_, schedule, _) in cases.items()}, cases)
+                  {i: where[schedule] for i, (_, schedule, _) in ZOO.items()}, ZOO)
