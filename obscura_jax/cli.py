@@ -125,11 +125,15 @@ def reader_gone() -> int:
     interpreter's last flush does not fail again; 141 is what a shell shows for a
     process SIGPIPE ended."""
     try:
-        fd = sys.stdout.fileno()
+        stdout_to_null(sys.stdout)
     except (AttributeError, OSError, ValueError):   # not a file (a caller's capture): nothing to redirect
-        return PIPE_CLOSED
-    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        pass
     return PIPE_CLOSED
+
+
+def stdout_to_null(stream) -> None:
+    """Point the file descriptor under `stream` at /dev/null."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 class StdoutAfterReader:
@@ -146,17 +150,14 @@ class StdoutAfterReader:
         try:
             return self._stream.write(text)
         except BrokenPipeError:
-            self._to_null()
+            stdout_to_null(self._stream)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
-            self._to_null()
-
-    def _to_null(self) -> None:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            stdout_to_null(self._stream)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
