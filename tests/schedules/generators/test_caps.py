@@ -59,19 +59,21 @@ def _stage_case(rng):
     return relax, caps
 
 
+def _runs(kind: str, rng):
+    """Endless (relax, caps, relax(caps)) of random cases that run (no deadlock)."""
+    while True:
+        case = _device_case(rng) if kind == "device" else _stage_case(rng)
+        if case is not None and (run := case[0](case[1])) is not None:
+            yield case[0], case[1], run
+
+
 @pytest.mark.parametrize("kind", ["device", "stage"])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_cap_at_least_the_rows_peak_gives_the_same_run(kind, seed):
-    rng = random.Random(seed)
     checked = 0
-    while checked < 60:
-        case = _device_case(rng) if kind == "device" else _stage_case(rng)
-        if case is None:
-            continue
-        relax, caps = case
-        run = relax(caps)
-        if run is None:
-            continue
+    for relax, caps, run in _runs(kind, random.Random(seed)):
+        if checked >= 60:
+            break
         peak = held_peaks(run[0])
         for r, cap in caps.items():
             for c in range(peak[r], cap + 1):
@@ -81,23 +83,15 @@ def test_a_cap_at_least_the_rows_peak_gives_the_same_run(kind, seed):
 
 @pytest.mark.parametrize("kind", ["device", "stage"])
 def test_a_limit_stops_only_runs_that_end_past_it(kind):
-    rng = random.Random(11)
-    done = 0
-    while done < 80:
-        case = _device_case(rng) if kind == "device" else _stage_case(rng)
-        if case is None:
-            continue
-        relax, caps = case
-        run = relax(caps)
-        if run is None:
-            continue
+    for done, (relax, caps, run) in enumerate(_runs(kind, random.Random(11))):
+        if done >= 80:
+            break
         for limit in (run[1], run[1] * 1.001, run[1] * 0.999, run[1] * 0.5):
             cut = relax(caps, limit)
             met = cut is not None and cut[1] <= limit
             assert met == (run[1] <= limit)
             if met:
                 assert cut == run
-        done += 1
 
 
 def test_bisection_finds_the_smallest_cap_that_meets_the_target():
