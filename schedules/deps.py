@@ -55,6 +55,14 @@ def dependency_table(present, num_stages: int) -> dict[Key, tuple[Key, ...]]:
     return {key: _rule(key[0], key[1], key[2], has, num_stages) for key in present}
 
 
+def dependency_waits(present, num_stages: int, stage_to_device, boundary_lag: Sequence[float]
+                     ) -> dict[Key, tuple[tuple[Key, float], ...]]:
+    """Every key in `present` -> what it waits on, each with its key_lag: the table a
+    simulation walks (one pass)."""
+    return {key: tuple((dep, key_lag(dep, key, stage_to_device, boundary_lag)) for dep in on)
+            for key, on in dependency_table(present, num_stages).items()}
+
+
 def backward_input(stage: int, microbatch: int, present: Container[Action]) -> Action:
     """The step of (stage, micro-batch) that sends its gradient upstream: I if the
     stage splits that backward, else B."""

@@ -31,15 +31,15 @@ dependency order and needs no event queue.
 from __future__ import annotations
 
 from schedules.costs import StageCosts
-from schedules.deps import dependency_table
+from schedules.deps import dependency_waits
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule, StageSpec
-
-_KIND_VALUE = {k: k.value for k in Kind}
-_KIND = {k.value: k for k in Kind}
 from schedules.memory import StageMemory
 from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
+
+_KIND_VALUE = {k: k.value for k in Kind}
+_KIND = {k.value: k for k in Kind}
 
 
 def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
@@ -68,10 +68,7 @@ def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
     present = {k for row in keys for k in row}
     swaps = [spec.swap_fraction > 0 and any(a.kind is Kind.SO for a in spec.actions) for spec in schedule.stages]
     lags = [costs.p2p_time(s, swaps[s] or (s + 1 < p and swaps[s + 1])) for s in range(p)]
-    device = [where[s] for s in range(p)]
-    waits = {k: tuple((d, 0.0 if d[0] == k[0] or device[d[0]] == device[k[0]] else lags[min(d[0], k[0])])
-                      for d in on)     # the transfer time from each (deps.key_lag, inline)
-             for k, on in dependency_table(present, p).items()}
+    waits = dependency_waits(present, p, where, lags)
     split = {(s, x) for s, k, x in present if k == "W"}
     # durations per stage, summed as (time + recompute) + overhead
     stages, overhead = schedule.stages, costs.action_overhead

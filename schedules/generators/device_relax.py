@@ -24,7 +24,7 @@ import heapq
 import math
 
 from schedules.costs import StageCosts
-from schedules.deps import dependency_keys, key_lag
+from schedules.deps import dependency_waits
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule
 
@@ -57,8 +57,8 @@ class DeviceRelaxation:
                 self.device_of[i] = d
             start += len(row)
         self.actions = [a for row in rows for a in row]
-        self.deps = [tuple((index[dk], key_lag(dk, k, where, lags)) for dk in dependency_keys(k, present, p))
-                     for k in keys]
+        waits = dependency_waits(present, p, where, lags)
+        self.deps = [tuple((index[dk], lag) for dk, lag in waits[k]) for k in keys]
         woken: list[set[int]] = [set() for _ in keys]
         for i, on in enumerate(self.deps):
             for j, _ in on:
