@@ -270,7 +270,7 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     order = [(i + 1) * xi for x in xs for i, xi in enumerate(x)]
     w_o = sum(range(1, max((len(st.ops) for st in problem.stages), default=0) + 1)) * len(xs) + 1
     rest = (sum(r_exprs) * w_r + sum(nvars)) * w_o + sum(order)
-    w_t = (sum(t_units(max(st.full_time, sum(st.op_time))) for st in problem.stages) * w_r + w_r) * w_o
+    w_t = (sum(_recompute_ub(st, t_units) for st in problem.stages) * w_r + w_r) * w_o   # > any `rest`
     model.minimize(finish[0] * w_t + rest)
     if model.validate():     # "possible integer overflow in objective"
         model.minimize(finish[0])
