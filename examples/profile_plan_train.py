@@ -10,8 +10,9 @@ The command line does the same: `obscura profile`, `obscura plan`, `obscura trai
 
     python examples/profile_plan_train.py [--out DIR]
 
-Exits 0 only if the plan adjusts a stage, its predicted peaks are never below what
-the run counts, and the losses equal the unpipelined model's (rtol 1e-5).
+Exits 0 only if the plan adjusts a stage (or is a baseline the planner ranked faster
+that also fits), its predicted peaks are never below what the run counts, and the
+losses equal the unpipelined model's (rtol 1e-5).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 import obscura_jax
-from planner import make_plan, save_plan, save_profile, smallest_feasible_limit
+from planner import make_plan, plan_search, save_plan, save_profile, smallest_feasible_limit
 
 P, M, SEQ, MB = 4, 4, 32, 2
 CMB = ["attn_norm", "mlp_norm", "mlp_act", "mlp_mul", "final_norm"]   # the ops offered for recompute
@@ -42,11 +43,16 @@ def main(argv=None) -> int:
     need_1f1b = max(st.predicted_peak_bytes for st in make_plan(prof, P, M, 10**12).stages)
     floor = smallest_feasible_limit(prof, P, M)                  # the least any plan needs
     limit = int(floor + 0.3 * (need_1f1b - floor))
-    plan = make_plan(prof, P, M, limit, profile_path=out / "profile.json")
+    found = plan_search(prof, P, M, limit, profile_path=out / "profile.json")
+    plan = found.plan
     save_plan(plan, out / "plan.json")
     print(f"plan under {limit} B (1F1B needs {need_1f1b} B, the least any plan {floor} B): "
-          f"{plan.schedule}, adjusted {list(plan.adjusted_stages)}, "
+          f"{plan.schedule} (from {found.source}), adjusted {list(plan.adjusted_stages)}, "
           f"recompute {[list(st.recompute) for st in plan.stages]}")
+    # The search's own answer adjusts stages (1F1B does not fit); a baseline that also
+    # fits is handed out instead when the simulator ranks it faster, which on this
+    # CPU's noisy measured times DAPPLE+ (layer) sometimes is.
+    planned = bool(plan.adjusted_stages) or found.source != "search"
 
     result = obscura_jax.train(obscura_jax.RunConfig(plan=str(out / "plan.json"), model="llama2-tiny", steps=2,
                                                      micro_batch_size=MB, seq_len=SEQ, cost_reps=1),
@@ -54,8 +60,9 @@ def main(argv=None) -> int:
     print(result.report())
     never_under = all(st["planned_vs_measured_bytes"] >= 0 for st in result.summary["stages"])
     check = result.check()
-    ok = bool(plan.adjusted_stages) and never_under and check["equal"]
-    print(f"adjusted stages {list(plan.adjusted_stages)}; predicted peaks never under the run's count: "
+    ok = planned and never_under and check["equal"]
+    print(f"adjusted stages {list(plan.adjusted_stages)} ({found.source}); "
+          f"predicted peaks never under the run's count: "
           f"{never_under}; losses equal to the unpipelined model: {check['equal']} -> {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 
