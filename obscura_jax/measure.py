@@ -90,7 +90,8 @@ class StageTiming:
     temp_bytes: int = 0         # XLA scratch of one program run
     input_grad: float | None = None    # I of the split backward (timed when asked)
     weight_grad: float | None = None   # W of the split backward
-    weight_grad_bytes: int = 0         # what a W keeps from its I: the residuals and dy
+    weight_grad_bytes: int = 0         # what a W holds from its I (dy apart): inputs and output
+                                       # cotangents of the weight-bearing ops
 
 
 def _normal(spec, sharding, seed: int):
@@ -118,17 +119,18 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
         return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)
     return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
-                       prog.residual_bytes + prog.dy_bytes)
+                       prog.weight_grad_held_bytes)
 
 
 def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTiming) -> tuple[float, float]:
     """Steady-state seconds of the split backward's I and W programs on the same
     residuals (`grads`: a one-element list holding the donated accumulator)."""
     prog.compile_split()
-    t_i = timing.time(lambda: [prog.input_grad(params, res, dy)[1]], False)
+    t_i = timing.time(lambda: [prog.input_grad(params, res, dy)[2]], False)
+    _, held, _ = _wait(prog.input_grad(params, res, dy))
 
     def weight():
-        grads[0], done = prog.weight_grad(params, res, dy, grads[0])
+        grads[0], done = prog.weight_grad(params, held, dy, grads[0])
         return [done, grads[0]]
     return t_i, timing.time(weight, False)
 
@@ -170,7 +172,8 @@ class MeasuredCosts:
 
     def to_json(self) -> dict:
         c = self.costs
-        split = {"input_grad": c.input_grad, "weight_grad": c.weight_grad} if c.input_grad else {}
+        split = ({"input_grad": c.input_grad, "weight_grad": c.weight_grad, "weight_grad_held": c.weight_grad_held}
+                 if c.input_grad else {})
         return {**split, "fwd": c.fwd, "bwd": c.bwd, "recompute": c.recompute, "act_bytes": c.act_bytes,
                 "act_bytes_recompute": c.act_bytes_recompute, "weight_bytes": c.weight_bytes,
                 "boundary_bytes": c.boundary_bytes, "p2p_bandwidth": c.p2p_bandwidth,
@@ -209,7 +212,8 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
         else:
             row.update(fwd=t.fwd, bwd=t.bwd, recompute=0.0, act_bytes=prog.residual_bytes, base_bwd=t.bwd)
         if split:   # the simulator adds recompute to I on adjusted stages: I here is without it
-            row.update(input_grad=max(t.input_grad - row["recompute"], 0.0), weight_grad=t.weight_grad)
+            row.update(input_grad=max(t.input_grad - row["recompute"], 0.0), weight_grad=t.weight_grad,
+                       weight_grad_held=t.weight_grad_bytes)
         if spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions):
             row.update(_time_swap(pipe, prog, st, x, targets, spec.swap_fraction, timing))
         stages[str(s)] = row
@@ -265,7 +269,8 @@ def combine(parts: list[dict], num_stages: int) -> MeasuredCosts:
     split = {}
     if any("input_grad" in r for r in rows):   # stages that run no W never read these
         split = {"input_grad": tuple(r.get("input_grad", r["bwd"]) for r in rows),
-                 "weight_grad": tuple(r.get("weight_grad", 0.0) for r in rows)}
+                 "weight_grad": tuple(r.get("weight_grad", 0.0) for r in rows),
+                 "weight_grad_held": tuple(r.get("weight_grad_held", r["act_bytes_recompute"]) for r in rows)}
     costs = StageCosts(fwd=col("fwd"), bwd=col("bwd"), recompute=col("recompute"), act_bytes=col("act_bytes"),
                        act_bytes_recompute=col("act_bytes_recompute"), weight_bytes=col("weight_bytes"),
                        boundary_bytes=col("boundary_bytes"), p2p_bandwidth=p2p_bw,

@@ -3,15 +3,16 @@ backward (accumulated param grads + input grad), or the backward split in two.
 
     fwd(params, x[, targets])            -> (y or loss, residuals)
     bwd(params, residuals, dy, grad_acc) -> (grad_acc + dparams, dx)   (grad_acc donated)
-    I   (params, residuals, dy)           -> dx                  (split backward, input half)
-    W   (params, residuals, dy, grad_acc) -> grad_acc + dparams  (weight half, grad_acc donated)
+    I   (params, residuals, dy)           -> (dx, held)          (split backward, input half)
+    W   (params, held, dy, grad_acc)      -> grad_acc + dparams  (weight half, grad_acc donated)
 
-I and W rebuild the same pullback from the same residuals; each keeps only its
-own cotangent (XLA drops the other half's work), so the residuals (and dy) stay
-live from I until W. The cotangent chain through the stage's layers is computed
-by both: W pays for it again (I + W > B, measured: obscura_jax.measure), since a
-pullback over the stage's residuals cannot hand W the layers' output cotangents.
-Recompute policies and swapping work unchanged (W re-runs the policy's remat).
+I and W are the two halves of the backward cut by obscura_jax.backward_split: I
+runs the cotangent chain (and the policy's recompute, once) and hands W, per
+weight-bearing op, its output cotangent and any input the forward did not keep; W
+runs only the weight-gradient matmuls and reductions (I + W ~ B). After I the
+micro-batch's residuals shrink to what W reads (`input_grad` returns that block,
+`weight_grad_held_bytes` per micro-batch), which may be more than the residuals on
+a recomputing stage: recomputed matmul inputs and output cotangents wait for W.
 
 Both are `jax.vjp` split across two jitted programs. The pullback that `jax.vjp`
 returns is a pytree whose leaves are everything the backward needs. Some of those
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.units import leaf_bytes, tree_bytes
+from obscura_jax.backward_split import split_backward
 
 # Where one pullback leaf comes from.
 _PARAM, _INPUT, _TARGETS, _KEPT = 0, 1, 2, 3
@@ -131,6 +133,7 @@ class StageProgram:
         self._params_spec = params_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
         self._bwd = self._bwd_input = self._bwd_weight = None
+        self.weight_grad_held_bytes = None      # known once the split backward is compiled
         if not split:
             self.compile_fused()
         # dy that a W keeps from its I (the loss stage's dy is the shared scalar)
@@ -146,15 +149,53 @@ class StageProgram:
         self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd))
 
     def compile_split(self) -> None:
-        """Compile the split backward's I and W programs (once; ahead of any step)."""
+        """Cut the backward into I and W (obscura_jax.backward_split) and compile both
+        (once; ahead of any step)."""
         if self._bwd_weight is not None:
             return
         params_spec, res_specs, dy_spec = self._split_specs
-        i = jax.jit(self._input_grad_traced, static_argnums=0)
-        self._bwd_input = i.lower(self.layout, params_spec, res_specs, dy_spec).compile()
-        w = jax.jit(self._weight_grad_traced, static_argnums=0, donate_argnums=4)
-        self._bwd_weight = w.lower(self.layout, params_spec, res_specs, dy_spec, params_spec).compile()
+        backward, flat_specs, n = self._flat_backward()
+        cut = split_backward(backward, flat_specs, n)
+        r = len(res_specs)
+        # what W reads besides I's outputs: params (by flat position), residual leaves, dy
+        self._w_reads = tuple(cut.kept_args)
+        self._w_res = tuple(k - n for k in cut.kept_args if n <= k < n + r)
+        held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(
+            _spec(jax.ShapeDtypeStruct(a.shape, a.dtype), self.sharding) for a in cut.held_avals)
+        self.weight_grad_leaf_bytes = tuple(leaf_bytes(h) for h in held_specs)
+        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
+
+        def input_grad(params, res_leaves, dy):
+            dx, held = cut.input_grad(*jax.tree.leaves(params), *res_leaves, dy)
+            # tokens get no input gradient: a scalar marks completion
+            return (dx[0] if dx else jnp.zeros((), jnp.float32)), tuple(held)
+
+        def weight_grad(params, held_leaves, dy, grad_acc):
+            flat = jax.tree.leaves(params) + [None] * r + [dy]
+            for i, leaf in zip(self._w_res, held_leaves):
+                flat[n + i] = leaf
+            kept_res = len(self._w_res)
+            dparams = cut.weight_grad([flat[k] for k in self._w_reads], held_leaves[kept_res:])
+            dparams = jax.tree.unflatten(jax.tree.structure(params), dparams)
+            return jax.tree.map(jnp.add, grad_acc, dparams), jnp.zeros((), jnp.float32)
+
+        self._bwd_input = jax.jit(input_grad).lower(params_spec, res_specs, dy_spec).compile()
+        self._bwd_weight = jax.jit(weight_grad, donate_argnums=3).lower(
+            params_spec, held_specs, dy_spec, params_spec).compile()
         self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd_input), _temp_bytes(self._bwd_weight))
+
+    def _flat_backward(self):
+        """The backward as a function of flat (params..., residual leaves..., dy) ->
+        flat (dparams..., dx), the form backward_split cuts; and its input specs."""
+        params_spec, res_specs, dy_spec = self._split_specs
+        leaves, tree = jax.tree.flatten(params_spec)
+        n, r = len(leaves), len(res_specs)
+
+        def backward(*flat):
+            params = jax.tree.unflatten(tree, flat[:n])
+            cotangents = self._cotangents(self.layout, params, flat[n:n + r], flat[n + r])
+            return jax.tree.leaves(cotangents[0]) + ([] if self.takes_tokens else [cotangents[1]])
+        return backward, list(leaves) + list(res_specs) + [dy_spec], n
 
     # ---- traced bodies -------------------------------------------------------
     def _forward_traced(self, params, x, targets=None):
@@ -218,15 +259,6 @@ class StageProgram:
         done = jnp.zeros((), jnp.float32) if self.takes_tokens else cotangents[1]
         return grads, done
 
-    def _input_grad_traced(self, layout: PullbackLayout, params, res_leaves, dy):
-        if self.takes_tokens:   # no input gradient: I is empty, W does the whole backward
-            return jnp.zeros((), jnp.float32)
-        return self._cotangents(layout, params, res_leaves, dy)[1]
-
-    def _weight_grad_traced(self, layout: PullbackLayout, params, res_leaves, dy, grad_acc):
-        dparams = self._cotangents(layout, params, res_leaves, dy)[0]
-        return jax.tree.map(jnp.add, grad_acc, dparams), jnp.zeros((), jnp.float32)
-
     # ---- running ---------------------------------------------------------------
     def forward(self, params, x, targets=None):
         """-> (y or loss, Residuals). Inputs must already be on this stage's device."""
@@ -249,17 +281,20 @@ class StageProgram:
         return grads, (None if self.takes_tokens else done), done
 
     def input_grad(self, params, residuals: Residuals, dy):
-        """I of a split backward -> (dx or None, ready). Residuals stay (W needs them)."""
+        """I of a split backward -> (dx or None, held, ready): `held` replaces the
+        micro-batch's residuals until its W (what W reads, nothing else)."""
         self._check_on_device(residuals, "I")
         self.compile_split()
-        out = self._bwd_input(params, residuals.leaves, dy)
-        return (None if self.takes_tokens else out), out
+        done, held = self._bwd_input(params, residuals.leaves, dy)
+        kept = tuple(residuals.leaves[i] for i in self._w_res)
+        return (None if self.takes_tokens else done), Residuals(kept + tuple(held), self.weight_grad_leaf_bytes), done
 
-    def weight_grad(self, params, residuals: Residuals, dy, grad_acc):
-        """W of a split backward -> (grad_acc + dparams, ready). `grad_acc` is donated."""
-        self._check_on_device(residuals, "W")
+    def weight_grad(self, params, held: Residuals, dy, grad_acc):
+        """W of a split backward -> (grad_acc + dparams, ready). `held` is what the I
+        of this micro-batch returned; `grad_acc` is donated."""
+        self._check_on_device(held, "W")
         self.compile_split()
-        return self._bwd_weight(params, residuals.leaves, dy, grad_acc)
+        return self._bwd_weight(params, held.leaves, dy, grad_acc)
 
     def _check_on_device(self, residuals: Residuals, what: str) -> None:
         if residuals.host_slots:

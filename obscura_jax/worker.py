@@ -6,8 +6,9 @@ worker, and devices keep running concurrently.
 
     F  y, res = fwd(params, x);  y -> every stage that depends on it (Transport.send)
     B  grads, dx = bwd(params, res, dy, grads);  dx -> the stage that depends on it
-    I  dx = I(params, res, dy);  dx -> upstream; res and dy stay until the W
-    W  grads = W(params, res, dy, grads);  frees res and dy
+    I  dx, held = I(params, res, dy);  dx -> upstream; res becomes held (what W
+       reads: output cotangents, matmul inputs), dy stays until the W
+    W  grads = W(params, held, dy, grads);  frees held and dy
     SO / SI  a fraction of res to pinned host memory and back (obscura_jax.swap)
 
 Residuals stay with the worker of their stage; the loss stage's dy is 1/m, so the
@@ -120,10 +121,12 @@ class StageWorker:
         ctx, s, mb = self.ctx, a.stage, a.microbatch
         prog, st = ctx.programs[s], ctx.states[s]
         dy = ctx.loss_dy if prog.returns_loss else self._receive(a)
-        dx, done = prog.input_grad(st.params, self.residuals[(s, mb)], dy)
+        res = self.residuals[(s, mb)]
+        dx, held, done = prog.input_grad(st.params, res, dy)
+        self.residuals[(s, mb)] = held
         self.pending_dy[(s, mb)] = dy
-        if ctx.ledger is not None and prog.dy_bytes:
-            ctx.ledger.add(a, s, prog.dy_bytes)
+        if ctx.ledger is not None:
+            ctx.ledger.add(a, s, prog.dy_bytes + held.device_bytes - res.device_bytes)
         if dx is not None:
             self._send(a, dx)
         return (done,)

@@ -40,7 +40,8 @@ from schedules.errors import ScheduleError
 # years); larger values are unit mistakes (e.g. bytes where GB were meant).
 MAX_BYTES = 1e18
 MAX_TIME = 1e12
-_BYTE_FIELDS = ("act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes", "freed_by_input_grad")
+_BYTE_FIELDS = ("act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes", "freed_by_input_grad",
+                "weight_grad_held")
 
 
 def _tuple(name: str, values, p: int) -> tuple[float, ...]:
@@ -73,6 +74,9 @@ class StageCosts:
     input_grad: tuple[float, ...] = ()           # I time per stage; empty: bwd * (1 - weight_grad_fraction)
     weight_grad: tuple[float, ...] = ()          # W time per stage; empty: bwd * weight_grad_fraction
     freed_by_input_grad: tuple[float, ...] = ()  # residual bytes per micro-batch I frees; empty: 0
+    weight_grad_held: tuple[float, ...] = ()     # bytes per micro-batch a W holds from the end of its I
+                                                 # (what W reads: matmul inputs, output cotangents);
+                                                 # empty: the block less freed_by_input_grad
     optimizer: tuple[float, ...] = ()            # optimizer step seconds per stage after the flush; empty: 0
     action_overhead: float = 0.0                 # launch/dispatch seconds added to every F, B, I, W
     link_sharing: float = 0.0                    # share of a p2p link a swapping neighbour's copies take
@@ -152,6 +156,11 @@ class StageCosts:
         freed = self.freed_by_input_grad[stage] if self.freed_by_input_grad else 0.0
         return min(freed, self.act_bytes[stage])
 
+    def weight_grad_held_bytes(self, stage: int) -> float | None:
+        """What one micro-batch's block becomes at the end of its I (None: not measured,
+        the block less `input_grad_frees`)."""
+        return self.weight_grad_held[stage] if self.weight_grad_held else None
+
     def kept_bytes(self, stage: int, adjusted: bool) -> float:
         return self.act_bytes_recompute[stage] if adjusted else self.act_bytes[stage]
 
@@ -220,7 +229,7 @@ class StageCosts:
         return cls(**kwargs)
 
 
-_OPTIONAL = ("input_grad", "weight_grad", "freed_by_input_grad", "optimizer")
+_OPTIONAL = ("input_grad", "weight_grad", "freed_by_input_grad", "weight_grad_held", "optimizer")
 _REALISM = ("optimizer", "action_overhead", "link_sharing")   # calibration terms (schedules.calibration)
 _PER_STAGE = ("fwd", "bwd", "recompute", "act_bytes", "act_bytes_recompute", "weight_bytes", "boundary_bytes") \
     + _OPTIONAL

@@ -7,7 +7,10 @@ Per (stage, micro-batch) block on the device (residuals, "activations"):
   I          on a recomputing stage, re-materialises at its start what recompute had
              dropped (kept without recompute minus kept with it), live until W: a
              split backward needs those values again in W; and frees, at its end,
-             the bytes only the input gradient needed (StageCosts.freed_by_input_grad)
+             the bytes only the input gradient needed (StageCosts.freed_by_input_grad);
+             or, when measured (StageCosts.weight_grad_held), the block becomes at
+             I's end what W reads: its matmul inputs and output cotangents, which can
+             be more than the residuals on a recomputing stage
   W, or B    frees the rest of the block at its end (B when the block has no W)
 Inbox (what the device received but has not consumed yet, as the engine's ledger
 counts it): the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x),
@@ -34,6 +37,7 @@ class StageMemory:
     swap_fraction: float = 0.0         # beta: the share an SO moves to host
     remat: float = 0.0                 # re-materialised by I on a recomputing stage, live until W
     freed_by_input_grad: float = 0.0   # freed at the end of I
+    held_for_weight_grad: float | None = None   # the block from the end of I to W (wins over freed)
     inbox_input: float = 0.0           # the activation F receives (boundary bytes of stage s-1)
     inbox_grad: float = 0.0            # the gradient B/I receives (boundary bytes of stage s)
 
@@ -70,7 +74,11 @@ def _block_events(ops, memory):
         elif o.kind in BACKWARD_INPUT_KINDS and key in has_w:
             if o.kind == Kind.I and memory[o.stage].remat:
                 events.append((o.start, 1, "remat", o))
-            if memory[o.stage].freed_by_input_grad:
+            st = memory[o.stage]
+            if st.held_for_weight_grad is not None:
+                grows = st.held_for_weight_grad > st.kept + st.remat
+                events.append((o.end, 1 if grows else 0, "input_grad_hold", o))
+            elif st.freed_by_input_grad:
                 events.append((o.end, 0, "input_grad_free", o))
         if o.kind == Kind.W or (o.kind == Kind.B and key not in has_w):
             events.append((o.end, 0, "free_mb", o))
@@ -107,6 +115,9 @@ def _levels(events, memory, has_w):
         elif what == "remat":
             resident[key] = resident.get(key, 0.0) + st.remat
             total += st.remat
+        elif what == "input_grad_hold":
+            total += st.held_for_weight_grad - resident.get(key, 0.0)
+            resident[key] = st.held_for_weight_grad
         elif what == "input_grad_free":
             freed = min(st.freed_by_input_grad, resident.get(key, 0.0))
             resident[key] = resident.get(key, 0.0) - freed

@@ -181,6 +181,7 @@ def stage_memory(schedule: Schedule, costs: StageCosts) -> tuple[StageMemory, ..
             kept=costs.kept_bytes(s, adj), swap_fraction=spec.swap_fraction,
             remat=max(0.0, costs.act_bytes[s] - costs.act_bytes_recompute[s]) if adj else 0.0,
             freed_by_input_grad=costs.input_grad_frees(s),
+            held_for_weight_grad=costs.weight_grad_held_bytes(s),
             inbox_input=costs.boundary_bytes[s - 1] if s > 0 else 0.0,
             inbox_grad=costs.boundary_bytes[s] if s < p - 1 else 0.0))
     return tuple(out)
