@@ -26,7 +26,7 @@ Several processes: each measures its own stages (`measure_local`, JSON-ready) an
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 import jax.numpy as jnp
@@ -141,7 +141,17 @@ def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps:
     as its `time_unit`."""
     shape = BatchShape(1, x.shape[0], x.shape[1])
     prog = build_program(cfg, unit_range, policy, device, shape)
-    return time_stage(prog, params, x, targets, CostTiming.for_device(device, reps), split=True)
+    t = time_stage(prog, params, x, targets, CostTiming.for_device(device, reps), split=True)
+    # a unit's dy is, inside a stage, a cotangent its I computes: held when its W reads it
+    return replace(t, weight_grad_bytes=unit_weight_grad_bytes(prog))
+
+
+def unit_weight_grad_bytes(prog: StageProgram) -> int:
+    """What a W holds from its I for the units of `prog` as part of a longer stage:
+    its block plus the output cotangent when W reads it (the stage's own dy is
+    counted apart, as the inbox's, so a stage summed from units counts one extra)."""
+    prog.compile_split()
+    return prog.weight_grad_held_bytes + (prog.dy_bytes if prog.weight_grad_reads_dy else 0)
 
 
 def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):

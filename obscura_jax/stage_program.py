@@ -164,6 +164,7 @@ class StageProgram:
             _spec(jax.ShapeDtypeStruct(a.shape, a.dtype), self.sharding) for a in cut.held_avals)
         self.weight_grad_leaf_bytes = tuple(leaf_bytes(h) for h in held_specs)
         self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
+        self.weight_grad_reads_dy = (n + r) in cut.kept_args
 
         def input_grad(params, res_leaves, dy):
             dx, held = cut.input_grad(*jax.tree.leaves(params), *res_leaves, dy)

@@ -179,12 +179,18 @@ def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
 def split_backward(profile: Profile, views: Sequence[StageView]) -> dict:
     """StageCosts' input_grad / weight_grad per stage, summed over its units, when
     every unit kind of the profile has measured I and W times; {} otherwise (the
-    simulator then prices I = W = bwd / 2)."""
+    simulator then prices I = W = bwd / 2). With every unit's weight_grad_bytes,
+    also weight_grad_held: what a W holds from its I is its units' (the same under
+    any recompute set: W reads each weight op's input and output cotangent, kept or
+    recomputed once in I)."""
     units = [u for _, u in profile.units]
     if any(u.input_grad_time is None or u.weight_grad_time is None for u in units):
         return {}
-    return {"input_grad": tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views),
-            "weight_grad": tuple(sum(profile.unit(k).weight_grad_time for k in v.kinds) for v in views)}
+    out = {"input_grad": tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views),
+           "weight_grad": tuple(sum(profile.unit(k).weight_grad_time for k in v.kinds) for v in views)}
+    if all(u.weight_grad_bytes for u in units):
+        out["weight_grad_held"] = tuple(sum(profile.unit(k).weight_grad_bytes for k in v.kinds) for v in views)
+    return out
 
 
 def move_unit(partition: Partition, src: int, dst: int) -> Partition:

@@ -20,10 +20,12 @@ forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
 
 Optional per unit (absent in profiles written before them, which load unchanged):
 `input_grad_time` and `weight_grad_time`, the split backward's I and W as the
-engine runs them (each its own program over the unit's residuals), and
-`weight_grad_bytes`, what a W keeps from its I (the residuals and the output
-gradient). Without them a split backward is priced I = W = bwd_time / 2
-(schedules.costs' default).
+engine runs them (I: the cotangent chain and any recompute; W: only the weight
+gradients, obscura_jax.backward_split), and `weight_grad_bytes`, what a W holds
+from the end of its I per micro-batch: each weight-bearing op's input and output
+cotangent (the unit's output gradient included when W reads it). Without them a
+split backward is priced I = W = bwd_time / 2 and a W holds the whole block until
+it ends (schedules.costs' defaults).
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ class UnitProfile:
     full_recompute_time: float | None = None  # measured cost of "full"; None: fwd_time
     input_grad_time: float | None = None      # I of the split backward (None: bwd_time / 2)
     weight_grad_time: float | None = None     # W of the split backward (None: bwd_time / 2)
-    weight_grad_bytes: float | None = None    # what a W keeps from its I (residuals + dy)
+    weight_grad_bytes: float | None = None    # what a W holds from its I: weight ops' inputs + output cotangents
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):

@@ -5,10 +5,14 @@ plan` with a limit that forces adjusted stages -> a plan the engine can run (its
 schedule validates, its stages are the engine's unit ranges)."""
 from dataclasses import dataclass
 
+import jax
 import pytest
 
 import models
 from obscura_jax.cli import main
+from obscura_jax.data import BatchShape
+from obscura_jax.engine import build_program
+from obscura_jax.measure import unit_weight_grad_bytes
 from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
 from planner.identify import stage_peak_1f1b
 from planner.errors import ProfileError
@@ -78,13 +82,13 @@ def test_profile_bytes_are_the_engines(measured):
         assert unit.input_bytes == info.unit_residual_bytes(cfg, kind, "full", 64, 2)
         assert unit.fwd_time > 0 and unit.bwd_time > 0 and unit.weight_bytes > 0
         assert all(o.fwd_time >= 0 and o.act_bytes >= 0 for _, o in unit.ops)
-        # the split backward's I and W, each timed as the engine's own program; W keeps
-        # the residuals and (but on the loss unit) the output gradient
+        # the split backward's I and W, each timed as the engine's own program; W holds
+        # what it reads (the engine's cut of that program), the output gradient included
         assert unit.input_grad_time > 0 and unit.weight_grad_time > 0
-        dy = 0 if kind == "head" else 2 * 64 * cfg.hidden * cfg.compute_bytes
-        assert unit.weight_grad_bytes == unit.kept_bytes(()) + dy
+        r = dict(zip(models.unit_names(cfg), range(cfg.num_units)))[{"attn": "attn_0", "mlp": "mlp_0"}.get(kind, kind)]
+        prog = build_program(cfg, (r, r + 1), "none", jax.devices("cpu")[0], BatchShape(1, 2, 64))
+        assert unit.weight_grad_bytes == unit_weight_grad_bytes(prog) > 0
     # params + grads + optax adamw's state (mu, nu and a step count)
-    import jax
     import optax
     params = models.init_params(cfg, 0, (1, 2))
     nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))  # noqa: E731

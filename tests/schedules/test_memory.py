@@ -79,3 +79,18 @@ def test_a_device_holds_the_blocks_of_all_its_stages():
                                     and w.end <= t for w in mine))
             peak = max(peak, level)
         assert tl.stages[d].peak_activation_bytes == pytest.approx(peak)
+
+
+def test_a_measured_weight_grad_block_replaces_the_residuals_at_the_end_of_i():
+    """weight_grad_held (what W reads, measured) wins over freed_by_input_grad: the
+    block becomes exactly that at I's end, larger or smaller than the residuals."""
+    from schedules import Action, Kind, Schedule, StageSpec, simulate
+    from schedules.costs import StageCosts
+    row = (Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.I, 0), Action(0, Kind.I, 1),
+           Action(0, Kind.W, 0), Action(0, Kind.W, 1))
+    sched = Schedule("split", 1, 2, (StageSpec(row),))
+    for held, peak in ((30.0, 200.0), (150.0, 300.0)):
+        costs = StageCosts.uniform(1, 1, 2, 0, act_bytes=100.0, input_grad=(1.0,), weight_grad=(1.0,),
+                                   freed_by_input_grad=(90.0,), weight_grad_held=(held,))
+        stats = simulate(sched, costs).stages[0]
+        assert stats.peak_activation_bytes == peak
