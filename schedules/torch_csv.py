@@ -15,7 +15,8 @@ it starts when both may start, takes a's time plus b's, both outputs leave at it
 end; see the simulator for why); REDUCE_GRAD, UNSHARD and RESHARD (gradient
 reduction and FSDP sharding: no stage compute, nothing this model times) are
 skipped, and one note line says how many (appended to `notes` when a list is
-given); communication actions (SEND_F, RECV_B, ...) are not compute_only and are
+given, else logged once as a warning, which Python prints to stderr when nothing
+configured logging: the CLI shows it without knowing about notes); communication actions (SEND_F, RECV_B, ...) are not compute_only and are
 refused, as is any cell that does not parse. The result is validated like any
 schedule; the number of micro-batches is the largest index + 1 unless given.
 Export (`to_torch_csv`): each device's compute actions in torch's strings, an
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io as _io
+import logging
 import os
 import re
 from pathlib import Path
@@ -119,6 +121,8 @@ def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None 
     note = skipped_note(skipped)
     if note and notes is not None:
         notes.append(note)
+    elif note:
+        logging.getLogger(__name__).warning("note: %s", note)
     return schedule
 
 

@@ -105,6 +105,14 @@ def test_reduce_grad_and_fsdp_cells_are_skipped_with_one_note():
     assert notes == []
 
 
+def test_without_a_notes_list_the_note_is_logged_once(caplog):
+    with caplog.at_level("WARNING", logger="schedules.torch_csv"):
+        from_torch_csv("0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n")
+    assert [r.getMessage() for r in caplog.records] == [
+        "note: torch CSV: skipped 2 REDUCE_GRAD cells (gradient reduction and FSDP sharding run no stage compute; "
+        "not modelled)"]
+
+
 @pytest.mark.parametrize("name,kw", [("zb-v", {}), ("interleaved", {"virtual_stages": 3}), ("zb-h1", {}),
                                      ("zb-h1-capped", {}), ("interleaved-zb", {}), ("looped-bfs", {}),
                                      ("1f1b", {}), ("obscura", {"adjusted": 1})])
