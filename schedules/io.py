@@ -9,7 +9,9 @@ obscura-schedule/2 (docs/formats.md, "Schedules"):
      "devices": [["0F0", "0F1", "0F2", "0F3", "4F0", ...], ...]}
 
 `stages` holds each model stage's settings, `devices` each device's row in torch's
-`_Action` strings (stage first). obscura-schedule/1 (one stage per device, stage s
+`_Action` strings (stage first); `overlapped` (only when there are any: a torch
+CSV's `(a;b)OVERLAP_F_B` cells, Schedule.overlapped) lists the pairs, e.g.
+[["0F7", "7B3"], ...]. obscura-schedule/1 (one stage per device, stage s
 on device s): each `stages` entry also holds the stage's "actions" in the short
 form ("F0", "SO0", ...); `swap_blocks` is optional (default 0).
 Reading validates the schedule; anything malformed is one ScheduleError line
@@ -30,12 +32,23 @@ FORMAT_V1 = "obscura-schedule/1"
 
 
 def schedule_to_json(schedule: Schedule) -> dict:
-    return {"format": FORMAT, "name": schedule.name, "num_stages": schedule.num_stages,
-            "num_devices": schedule.num_devices, "num_microbatches": schedule.num_microbatches,
-            "stage_to_device": list(schedule.stage_to_device),
-            "stages": [{"recompute": list(spec.recompute), "swap_fraction": spec.swap_fraction,
-                        "swap_blocks": spec.swap_blocks} for spec in schedule.stages],
-            "devices": [[a.long for a in row] for row in schedule.rows]}
+    out = {"format": FORMAT, "name": schedule.name, "num_stages": schedule.num_stages,
+           "num_devices": schedule.num_devices, "num_microbatches": schedule.num_microbatches,
+           "stage_to_device": list(schedule.stage_to_device),
+           "stages": [{"recompute": list(spec.recompute), "swap_fraction": spec.swap_fraction,
+                       "swap_blocks": spec.swap_blocks} for spec in schedule.stages],
+           "devices": [[a.long for a in row] for row in schedule.rows]}
+    if schedule.overlapped:
+        out["overlapped"] = [[a.long, b.long] for a, b in schedule.overlapped]
+    return out
+
+
+def _pairs(data) -> tuple[tuple[Action, Action], ...]:
+    pairs = data.get("overlapped", [])
+    if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and all(
+            isinstance(a, str) for a in x) for x in pairs):
+        raise ScheduleError("schedule JSON: 'overlapped' must be a list of pairs of actions like [\"0F7\", \"7B3\"]")
+    return tuple((Action.parse(a), Action.parse(b)) for a, b in pairs)
 
 
 def _int(d: dict, key: str, where: str) -> int:
@@ -103,7 +116,7 @@ def schedule_from_json(data) -> Schedule:
             raise ScheduleError(f"schedule JSON: {len(devices)} device rows for num_devices={n!r}")
         device_rows = tuple(_actions(r, f"device {d}: ", None) for d, r in enumerate(devices))
         specs = tuple(StageSpec((), *_settings(row, f"stage {s}: ")) for s, row in enumerate(rows))
-        schedule = Schedule(name, p, m, specs, tuple(where), device_rows)
+        schedule = Schedule(name, p, m, specs, tuple(where), device_rows, _pairs(data))
     validate(schedule)
     return schedule
 

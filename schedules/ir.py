@@ -140,13 +140,19 @@ class Schedule:
     stages. With one stage per device the rows are the stages' own orders and are
     not stored (`device_rows` stays empty; `rows` derives them). With several stages
     on a device the rows are required, and each stage's `actions` is filled from
-    them (or, if given, must equal its projection of the row)."""
+    them (or, if given, must equal its projection of the row).
+
+    `overlapped`: pairs (a, b) of compute actions that run as one unit, as torch's
+    `(a;b)OVERLAP_F_B` cells (DualPipeV) do: b right after a in its device's row;
+    the unit starts when both may start, takes a's time plus b's, and both outputs
+    leave at its end (see the simulator)."""
     name: str
     num_stages: int
     num_microbatches: int
     stages: tuple[StageSpec, ...] = field(default=())
     stage_to_device: tuple[int, ...] = ()
     device_rows: tuple[tuple[Action, ...], ...] = ()
+    overlapped: tuple[tuple[Action, Action], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -197,6 +203,21 @@ class Schedule:
             for a in spec.actions:
                 if a.stage != s:
                     raise ScheduleError(f"action {a} of stage {a.stage} listed under stage {s}")
+        self._check_overlapped()
+
+    def _check_overlapped(self) -> None:
+        pairs = tuple((a, b) for a, b in self.overlapped)
+        object.__setattr__(self, "overlapped", pairs)
+        seen: set[Action] = set()
+        for a, b in pairs:
+            row = self.rows[self.stage_to_device[a.stage]] if 0 <= a.stage < self.num_stages else ()
+            i = row.index(a) if a in row else -1
+            if i < 0 or i + 1 >= len(row) or row[i + 1] != b or not (a.is_compute and b.is_compute):
+                raise ScheduleError(f"schedule {self.name!r}: overlapped {a.long};{b.long} must be two compute "
+                                    f"actions, the second right after the first in one device's row")
+            if a in seen or b in seen:
+                raise ScheduleError(f"schedule {self.name!r}: {a.long};{b.long} overlaps an action twice")
+            seen.update((a, b))
 
     def actions(self, stage: int) -> tuple[Action, ...]:
         """Stage `stage`'s own order."""

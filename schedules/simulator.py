@@ -17,6 +17,13 @@ Durations: F = fwd; B = bwd (+ recompute on adjusted stages); I = input_grad
 followed by a W of the same micro-batch, the older spelling of I, takes I's time);
 SO/SI = swap_fraction * kept bytes / host bandwidth.
 
+An overlapped pair (Schedule.overlapped: torch's `(a;b)OVERLAP_F_B`, DualPipeV) is
+one unit on the compute stream: it starts when both halves' inputs are there (torch
+receives both before the call), its halves run back to back (a's time, then b's:
+overlapping hides communication inside the chunks, e.g. MoE all-to-all, which this
+model has none of, not compute), and both outputs leave at the unit's end (torch
+sends them after the call).
+
 Realism terms (StageCosts; fitted by schedules.calibration from engine runs):
 every F, B, I, W takes `action_overhead` longer (launch and dispatch); a p2p
 transfer next to a swapping stage gets `1 - link_sharing` of the link (its copies
@@ -79,6 +86,8 @@ def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
     dur_full = [(costs.bwd[s] + rec[s]) + overhead for s in range(p)]
     dur_swap = [costs.swap_time(s, stages[s].swap_fraction, stages[s].adjusted) for s in range(p)]
     end: dict[tuple, float] = {}
+    pair = {(a.stage, _KIND_VALUE[a.kind], a.microbatch): (b.stage, _KIND_VALUE[b.kind], b.microbatch)
+            for a, b in schedule.overlapped}
     n = len(rows)
     times: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
     ptr = [0] * n
@@ -94,6 +103,13 @@ def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
             i, size = ptr[d], len(row)
             while i < size:
                 key = krow[i]
+                if key in pair:
+                    if not _run_pair(key, pair[key], waits, end, compute_end, d, mine,
+                                     _durations(pair[key], dur_f, dur_w, dur_half, dur_full, rec, split),
+                                     _durations(key, dur_f, dur_w, dur_half, dur_full, rec, split)):
+                        break
+                    i += 2
+                    continue
                 ready = 0.0
                 for dep, lag in waits[key]:
                     e = end.get(dep)
@@ -134,6 +150,35 @@ def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
         if not progressed:  # validate() rules this out; keep the loop honest anyway
             raise ScheduleError(f"schedule {schedule.name!r} cannot make progress")
     return keys, times
+
+
+def _durations(key, dur_f, dur_w, dur_half, dur_full, rec, split) -> tuple[float, float]:
+    """(duration, recompute part) of compute action `key`."""
+    s, k, x = key
+    if k == "F":
+        return dur_f[s], 0.0
+    if k == "W":
+        return dur_w[s], 0.0
+    return (dur_half[s] if k == "I" or (s, x) in split else dur_full[s]), rec[s]
+
+
+def _run_pair(first, second, waits, end, compute_end, d, mine, dur_second, dur_first) -> bool:
+    """Issue an overlapped pair as one unit (module docstring); False if an input is
+    still missing."""
+    ready = compute_end[d]
+    for dep, lag in waits[first] + waits[second]:
+        if dep in (first, second):
+            continue
+        e = end.get(dep)
+        if e is None:
+            return False
+        ready = max(ready, e + lag)
+    mid = ready + dur_first[0]
+    stop = mid + dur_second[0]
+    end[first] = end[second] = compute_end[d] = stop
+    mine.append((ready, mid, dur_first[1]))
+    mine.append((mid, stop, dur_second[1]))
+    return True
 
 
 def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:

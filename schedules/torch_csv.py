@@ -9,19 +9,26 @@ I (input-grad half), W (weight-grad half); an empty cell is a step where the ran
 idles (None). torch infers the stage -> rank map from which row a stage appears in.
 
 Import (`from_torch_csv`): empty cells are dropped (our rows carry no timing);
-`(a;b)OVERLAP_F_B` (DualPipeV's overlapped forward and backward) becomes its
-sub-actions one after the other (we have no overlap); communication or sharding
-actions (SEND_F, RECV_B, UNSHARD, ...) are not compute_only and are refused. The
-result is validated like any schedule; the number of micro-batches is the largest
-index + 1 unless given. Export (`to_torch_csv`): each device's compute actions in
-torch's strings; a B followed by a W of the same micro-batch (our older spelling of
-I) is written I; SO/SI and the stages' recompute settings have no torch form and
-are left out.
+`(a;b)OVERLAP_F_B` (DualPipeV's overlapped forward and backward) becomes a and b,
+adjacent in the row and kept together as one overlapped unit (Schedule.overlapped:
+it starts when both may start, takes a's time plus b's, both outputs leave at its
+end; see the simulator for why); REDUCE_GRAD, UNSHARD and RESHARD (gradient
+reduction and FSDP sharding: no stage compute, nothing this model times) are
+skipped, and one note line says how many (appended to `notes` when a list is
+given, else logged once as a warning, which Python prints to stderr when nothing
+configured logging: the CLI shows it without knowing about notes); communication actions (SEND_F, RECV_B, ...) are not compute_only and are
+refused, as is any cell that does not parse. The result is validated like any
+schedule; the number of micro-batches is the largest index + 1 unless given.
+Export (`to_torch_csv`): each device's compute actions in torch's strings, an
+overlapped pair as its `(a;b)OVERLAP_F_B` cell; a B followed by a W of the same
+micro-batch (our older spelling of I) is written I; SO/SI and the stages'
+recompute settings have no torch form and are left out.
 """
 from __future__ import annotations
 
 import csv
 import io as _io
+import logging
 import os
 import re
 from pathlib import Path
@@ -32,35 +39,65 @@ from schedules.ir import Action, Kind, Schedule, StageSpec
 from schedules.validator import validate
 
 _COMPUTE_RE = re.compile(r"^(\d+)(F|I|B|W)(\d+)$")
+_SKIPPED = ("REDUCE_GRAD", "UNSHARD", "RESHARD")
 _OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 _OTHER_RE = re.compile(r"^(\d*)(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B|OVERLAP_F_B)(\d*)$")
 
 
-def _cell(text: str, rank: int, step: int) -> list[Action]:
+def _compute(text: str, rank: int, step: int, skipped: dict[str, int]) -> Action | None:
+    """One action string: an Action, or None for a skipped kind (counted in `skipped`)."""
+    m = _COMPUTE_RE.match(text)
+    if m:
+        return Action(int(m.group(1)), Kind(m.group(2)), int(m.group(3)))
+    other = _OTHER_RE.match(text)
+    if other and other.group(2) in _SKIPPED:
+        skipped[other.group(2)] = skipped.get(other.group(2), 0) + 1
+        return None
+    if other and other.group(2) != "OVERLAP_F_B":
+        raise ScheduleError(f"torch CSV: rank {rank} step {step}: {text!r} is a {other.group(2)} action; only "
+                            f"compute_only schedules (F, I, B, W, OVERLAP_F_B) import")
+    raise ScheduleError(f"torch CSV: rank {rank} step {step}: cannot parse {text!r} (expected an _Action "
+                        f"string like 2F0, 2I0, 2W0 or (0F3;7B1)OVERLAP_F_B)")
+
+
+def _cell(text: str, rank: int, step: int, skipped: dict[str, int]) -> list[Action]:
+    """A cell's actions: none (empty or skipped), one, or an overlapped pair's two."""
     t = text.strip()
     if not t:
         return []
     over = _OVERLAP_RE.match(t)
-    if over:
-        return [a for part in over.group(1).split(";") for a in _cell(part, rank, step)]
-    m = _COMPUTE_RE.match(t)
-    if m:
-        return [Action(int(m.group(1)), Kind(m.group(2)), int(m.group(3)))]
-    other = _OTHER_RE.match(t)
-    if other:
-        raise ScheduleError(f"torch CSV: rank {rank} step {step}: {t!r} is a {other.group(2)} action; only "
-                            f"compute_only schedules (F, I, B, W) import")
-    raise ScheduleError(f"torch CSV: rank {rank} step {step}: cannot parse {t!r} (expected an _Action "
-                        f"string like 2F0, 2I0, 2W0)")
+    if not over:
+        a = _compute(t, rank, step, skipped)
+        return [] if a is None else [a]
+    parts = over.group(1).split(";")
+    acts = [_COMPUTE_RE.match(x.strip()) and _compute(x.strip(), rank, step, skipped) for x in parts]
+    if len(parts) != 2 or not all(acts):
+        raise ScheduleError(f"torch CSV: rank {rank} step {step}: cannot parse {t!r} (an OVERLAP_F_B cell holds "
+                            f"two compute actions, e.g. (0F3;7B1)OVERLAP_F_B)")
+    return acts
 
 
-def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None = None) -> Schedule:
-    """A validated Schedule from torch's compute_only CSV text (see the module docstring)."""
+def skipped_note(skipped: dict[str, int]) -> str | None:
+    """The one note line for the cells an import skipped (None if none were)."""
+    if not skipped:
+        return None
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
+    return (f"torch CSV: skipped {counts} cell{'s' if sum(skipped.values()) > 1 else ''} (gradient reduction and "
+            "FSDP sharding run no stage compute; not modelled)")
+
+
+def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None = None,
+                   notes: list[str] | None = None) -> Schedule:
+    """A validated Schedule from torch's compute_only CSV text (see the module
+    docstring); the note on skipped cells, if any, is appended to `notes`."""
     lines = list(csv.reader(_io.StringIO(text)))
     while lines and not lines[-1]:      # blank lines at the end are not ranks
         lines.pop()
-    rows = [[a for step, c in enumerate(cells) for a in _cell(c, rank, step)] for rank, cells in enumerate(lines)]
-    if not rows:
+    skipped: dict[str, int] = {}
+    cells = [[_cell(c, rank, step, skipped) for step, c in enumerate(row)] for rank, row in enumerate(lines)]
+    rows = [[a for cell in row for a in cell] for row in cells]
+    pairs = tuple((cell[0], cell[1]) for row in cells for cell in row if len(cell) == 2)
+    if not any(rows):
         raise ScheduleError("torch CSV: no actions")
     where: dict[int, int] = {}
     for rank, row in enumerate(rows):
@@ -79,8 +116,13 @@ def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None 
     if isinstance(m, bool) or not isinstance(m, int) or m < top:
         raise ScheduleError(f"torch CSV: {num_microbatches!r} micro-batches, but micro-batch {top - 1} is used")
     schedule = Schedule(name, p, m, tuple(StageSpec(()) for _ in range(p)), tuple(where[s] for s in range(p)),
-                        tuple(tuple(r) for r in rows))
+                        tuple(tuple(r) for r in rows), pairs)
     validate(schedule)
+    note = skipped_note(skipped)
+    if note and notes is not None:
+        notes.append(note)
+    elif note:
+        logging.getLogger(__name__).warning("note: %s", note)
     return schedule
 
 
@@ -89,6 +131,7 @@ def to_torch_csv(schedule: Schedule) -> str:
     validate(schedule)
     out = _io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    second = {b: a for a, b in schedule.overlapped}
     for row in schedule.rows:
         split = {(a.stage, a.microbatch) for a in row if a.kind is Kind.W}
         cells = []
@@ -96,13 +139,17 @@ def to_torch_csv(schedule: Schedule) -> str:
             if not a.is_compute:
                 continue
             kind = Kind.I if a.kind is Kind.B and (a.stage, a.microbatch) in split else a.kind
-            cells.append(f"{a.stage}{kind.value}{a.microbatch}")
+            text = f"{a.stage}{kind.value}{a.microbatch}"
+            if a in second:
+                cells[-1] = f"({cells[-1]};{text})OVERLAP_F_B"
+            else:
+                cells.append(text)
         writer.writerow(cells)
     return out.getvalue()
 
 
 def load_torch_csv(path: str | os.PathLike, name: str | None = None,
-                   num_microbatches: int | None = None) -> Schedule:
+                   num_microbatches: int | None = None, notes: list[str] | None = None) -> Schedule:
     path = Path(path)
     try:
         text = path.read_text()
@@ -113,7 +160,7 @@ def load_torch_csv(path: str | os.PathLike, name: str | None = None,
     except UnicodeDecodeError as e:
         raise ScheduleError(f"torch CSV {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
                             f"at offset {e.start})") from None
-    return from_torch_csv(text, name or path.stem, num_microbatches)
+    return from_torch_csv(text, name or path.stem, num_microbatches, notes)
 
 
 def save_torch_csv(schedule: Schedule, path: str | os.PathLike) -> None:

@@ -6,12 +6,15 @@ Rules, checked per stage (on the stage's own order) and then globally:
      a full B, or a split one, I and W; W, SO and SI at most once each; no
      micro-batch outside 0..m-1. (A B followed by a W of the same micro-batch is the
      older spelling of I + W, see ir.py.)
-  2. forwards run in micro-batch order, so do backward-input steps (B or I) and
-     weight-grads (the queues between neighbouring stages are first-in first-out);
+  2. (no rule on the order of micro-batches: the dependency rule does not need one,
+     since every message is named by its producer and consumer action, not by its
+     place in a queue; e.g. torch's LoopedBFS runs backwards in reverse micro-batch
+     order. Rule 4 still refuses an order whose waits cannot all be met.)
   3. F(x) before B/I(x), W(x) after I(x); SO(x) after F(x) and before B/I(x); SI(x)
      after SO(x) and before B/I(x); an SO has its SI and an SI its SO;
   4. deadlock-freedom: running every device's row in order, each action waiting on
-     its dependencies (schedules.deps), every action is eventually issued.
+     its dependencies (schedules.deps), every action is eventually issued (an
+     overlapped pair issues as one unit, once both may start).
 
 A failure raises ScheduleError: the first line says what is wrong and where, the
 following lines show the device x step grid with the offending action(s) marked.
@@ -56,7 +59,7 @@ _KNOWN_VALID_SIZE = 512
 
 
 def validate(schedule: Schedule) -> None:
-    key = (schedule.num_microbatches, schedule.stage_to_device, schedule.rows)
+    key = (schedule.num_microbatches, schedule.stage_to_device, schedule.rows, schedule.overlapped)
     if key in _KNOWN_VALID:
         _KNOWN_VALID.move_to_end(key)
         return
@@ -87,7 +90,6 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
     mine = [(i, a) for i, a in enumerate(schedule.rows[d]) if a.stage == s]
     out: list[Problem] = []
     pos: dict[tuple[Kind, int], int] = {}
-    last: dict[str, Action] = {}
     def at(i: int) -> str:   # messages are built only for problems: a valid row costs no formatting
         return f"{unit} step {i}"
 
@@ -100,16 +102,6 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
             out.append(Problem(d, i, f"{name(a)} at {at(i)} is a duplicate (first at step {pos[key]})"))
             continue
         pos[key] = i
-        if a.kind in (Kind.SO, Kind.SI):
-            continue
-        queue = "BI" if a.kind in BACKWARD_INPUT_KINDS else a.kind.value
-        prev = last.get(queue)
-        if prev is not None and a.microbatch < prev.microbatch:
-            what = "backward" if queue == "BI" and prev.kind != a.kind else a.kind.name
-            out.append(Problem(d, i, f"{name(a)} at {at(i)} comes after {name(prev)}: "
-                                     f"{what} actions must run in micro-batch order"))
-        if prev is None or a.microbatch > prev.microbatch:
-            last[queue] = a
     splits = any(k == Kind.I for k, _ in pos)
     for x in range(m):
         if (Kind.F, x) not in pos:
@@ -153,6 +145,10 @@ def _deadlock(schedule: Schedule) -> list[Problem]:
     rows = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in schedule.rows]
     present = {k for row in rows for k in row}
     deps = {k: dependency_keys(k, present, schedule.num_stages) for k in present}
+    for a, b in schedule.overlapped:    # the unit waits for both; its halves do not wait on each other
+        ka, kb = (a.stage, a.kind.value, a.microbatch), (b.stage, b.kind.value, b.microbatch)
+        deps[ka] = tuple(x for x in deps[ka] + deps[kb] if x not in (ka, kb))
+    partner = {(a.stage, a.kind.value, a.microbatch): 1 for a, _ in schedule.overlapped}
     done: set[tuple] = set()
     ptr = [0] * len(rows)
     progress = True
@@ -160,8 +156,9 @@ def _deadlock(schedule: Schedule) -> list[Problem]:
         progress = False
         for d, row in enumerate(rows):
             while ptr[d] < len(row) and all(x in done for x in deps[row[ptr[d]]]):
-                done.add(row[ptr[d]])
-                ptr[d] += 1
+                width = 1 + partner.get(row[ptr[d]], 0)
+                done.update(row[ptr[d]:ptr[d] + width])
+                ptr[d] += width
                 progress = True
     name = schedule.label
     labels = schedule.row_labels()

@@ -8,7 +8,7 @@ f = 0.5, b = 1 per chunk; zb-v: f = I = W = 0.5 per chunk); activations 1 byte p
 micro-batch per device (0.5 per chunk). Makespan, peak blocks held per device
 (stage, micro-batch: forwarded and not yet freed by W or B) and peak bytes.
 
-`zoo_rows`: Obscura on interleaved 1F1B (V = 2) and on ZB-H1 against the same base
+`zoo_rows`: Obscura on interleaved 1F1B (V = 2) and on ZB-H1 (capped) against the same base
 with Recomp-K, for p in ZOO_P, m in ZOO_M, K in ZOO_K, recompute r in ZOO_R (r per
 device; per chunk r/V), with the invariants
 
@@ -31,8 +31,10 @@ ZOO_P = (4, 8)
 ZOO_M = (8, 16, 32)
 ZOO_K = (0, 1, 2)
 ZOO_R = (0.4, 1.0)
-ZOO_BASES = ("interleaved", "zb-h1")
-UNIT_SCHEDULES = ("1f1b", "zb-h1", "zb-v", "interleaved")
+ZOO_BASES = ("interleaved", "zb-h1-capped")
+OBSCURA_ON = {"interleaved": "obscura-interleaved", "zb-h1-capped": "obscura-zb-h1",
+              "interleaved-zb": "obscura-interleaved-zb"}     # obscura-zb-h1 sits on the capped ZB-H1
+UNIT_SCHEDULES = ("1f1b", "zb-h1", "zb-h1-capped", "zb-v", "interleaved", "interleaved-zb")
 _TOL = 1e-9
 
 
@@ -94,8 +96,8 @@ def zoo_row(base: str, p: int, m: int, k: int, r: float) -> ZooRow:
     plain = simulate(generate(base, p, m), costs)
     rall = simulate(generate(base, p, m, adjusted="all"), costs)
     rk = simulate(generate(base, p, m, adjusted=k), costs)
-    ob = simulate(generate(f"obscura-{base}", p, m, adjusted=k, costs=costs), costs)
-    mig = simulate(generate(f"obscura-{base}", p, m, adjusted=k, costs=costs, migrate=True), costs)
+    ob = simulate(generate(OBSCURA_ON[base], p, m, adjusted=k, costs=costs), costs)
+    mig = simulate(generate(OBSCURA_ON[base], p, m, adjusted=k, costs=costs, migrate=True), costs)
     return ZooRow(base, p, m, k, r, plain.makespan, rall.makespan, rk.makespan, ob.makespan, mig.makespan,
                   held(rk), held(ob), held(mig))
 

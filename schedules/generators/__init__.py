@@ -5,7 +5,7 @@ Every generator is a pure function
         swap_fraction, costs=None, **extra) -> Schedule
 and each module's docstring shows its order for p=4, m=8. `num_stages` is the
 pipeline depth p, the number of devices; a generator that puts several model
-stages on a device (interleaved: V per device, zb-v: 2) builds p*V model stages
+stages on a device (interleaved, interleaved-zb, looped-bfs: V per device, zb-v: 2) builds p*V model stages
 (`model_stages` says how many), and `adjusted` and costs refer to those.
 """
 from __future__ import annotations
@@ -13,11 +13,13 @@ from __future__ import annotations
 from schedules.errors import ScheduleError
 from schedules.generators.gpipe import gpipe
 from schedules.generators.interleaved import interleaved
+from schedules.generators.interleaved_zb import interleaved_zb
+from schedules.generators.looped_bfs import looped_bfs
 from schedules.generators.obscura import obscura
-from schedules.generators.obscura_on import obscura_interleaved, obscura_zb_h1
+from schedules.generators.obscura_on import obscura_interleaved, obscura_interleaved_zb, obscura_zb_h1
 from schedules.generators.one_f_one_b import one_f_one_b, recomp
 from schedules.generators.strawman import strawman
-from schedules.generators.zero_bubble import zb_h1, zb_v
+from schedules.generators.zero_bubble import zb_h1, zb_h1_capped, zb_v
 from schedules.ir import Schedule
 from schedules.validator import validate
 
@@ -29,17 +31,21 @@ SCHEDULES = {
     "obscura": obscura,
     "interleaved": interleaved,
     "zb-h1": zb_h1,
+    "zb-h1-capped": zb_h1_capped,
     "zb-v": zb_v,
+    "interleaved-zb": interleaved_zb,
+    "looped-bfs": looped_bfs,
     "obscura-interleaved": obscura_interleaved,
     "obscura-zb-h1": obscura_zb_h1,
+    "obscura-interleaved-zb": obscura_interleaved_zb,
 }
-CHUNKED = ("interleaved", "obscura-interleaved")      # take virtual_stages=V
+CHUNKED = ("interleaved", "obscura-interleaved", "interleaved-zb", "obscura-interleaved-zb", "looped-bfs")   # take virtual_stages=V
 
 
 def model_stages(name: str, num_stages: int, virtual_stages: int | None = None) -> int:
     """How many model stages `generate(name, num_stages, ...)` builds."""
     if virtual_stages is not None and name not in CHUNKED:
-        raise ScheduleError(f"virtual stages apply to {' and '.join(CHUNKED)}, not {name!r}")
+        raise ScheduleError(f"virtual stages apply to {', '.join(CHUNKED)}, not {name!r}")
     if name in CHUNKED:
         return num_stages * (2 if virtual_stages is None else virtual_stages)
     return 2 * num_stages if name == "zb-v" else num_stages

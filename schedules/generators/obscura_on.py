@@ -1,5 +1,12 @@
 """The Obscura transformation on today's schedules: obscura-interleaved (on Megatron's
-interleaved 1F1B) and obscura-zb-h1 (on ZB-H1).
+interleaved 1F1B), obscura-interleaved-zb (on torch's interleaved zero bubble) and
+obscura-zb-h1 (on zb-h1-capped).
+
+obscura-zb-h1 sits on the capped ZB-H1, not on the paper's: the caps below count
+the blocks a device holds until their W (caps.held_peaks), and the capped variant
+holds 1F1B's p-s on stage s, the per-stage memory envelope Obscura plans in and
+compares against (Recomp-K). On the paper's ZB-H1 every stage holds up to p blocks
+until their W, so "never fuller than the base" would let every stage hold p.
 
 Start from the base schedule with recompute on the adjusted stages (its Recomp-K:
 the same order, whose adjusted backwards run longer). Devices that host no adjusted
@@ -47,9 +54,10 @@ from schedules.errors import ScheduleError
 from schedules.generators.caps import bisect_caps, held_peaks as held_rows_peaks
 from schedules.generators.common import assemble, assemble_devices, check_sizes, check_virtual_stages
 from schedules.generators.interleaved import interleaved
+from schedules.generators.interleaved_zb import interleaved_zb
 from schedules.generators.device_relax import DeviceRelaxation
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
-from schedules.generators.zero_bubble import zb_h1
+from schedules.generators.zero_bubble import zb_h1_capped
 from schedules.ir import Schedule
 from schedules.simulator import makespan
 
@@ -127,7 +135,7 @@ def obscura_zb_h1(num_stages: int, num_microbatches: int, *, adjusted="all", rec
                   swap_blocks=0, swap_fraction: float = 0.0, warmup=None, migrate: bool = False,
                   costs: StageCosts | None = None) -> Schedule:
     p, m = check_sizes(num_stages, num_microbatches)
-    base = zb_h1(p, m, adjusted="all" if adjusted is None else adjusted, recompute=recompute)
+    base = zb_h1_capped(p, m, adjusted="all" if adjusted is None else adjusted, recompute=recompute)
     rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", warmup,
                                 migrate)
     adj = base.adjusted_stages
@@ -151,3 +159,19 @@ def obscura_interleaved(num_stages: int, num_microbatches: int, *, virtual_stage
     rec = base.stages[adj[0]].recompute if adj else ()
     return assemble_devices("obscura-interleaved", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)
 
+
+
+def obscura_interleaved_zb(num_stages: int, num_microbatches: int, *, virtual_stages: int = 2, adjusted="all",
+                           recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, warmup=None,
+                           migrate: bool = False, costs: StageCosts | None = None) -> Schedule:
+    p, m = check_sizes(num_stages, num_microbatches)
+    v = check_virtual_stages(virtual_stages)
+    base = interleaved_zb(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
+                          recompute=recompute)
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v),
+                                "obscura-interleaved-zb", warmup, migrate)
+    adj = base.adjusted_stages
+    where = base.stage_to_device
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
+    rec = base.stages[adj[0]].recompute if adj else ()
+    return assemble_devices("obscura-interleaved-zb", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

@@ -2,15 +2,32 @@
 the backward splits into I, the input gradient the upstream stage waits for, and W,
 the weight gradient nobody waits for, so W can fill bubbles.
 
-zb-h1 (the paper's ZB-H1, one stage per device). Stage s warms up with
-c_s = min(p-s, m) forwards, then runs I(x) W(x) F(x+c_s), then drains with I(x)
-W(x). A micro-batch's residuals stay live until its W, so stage s holds at most
-p-s micro-batches, as in 1F1B (ZB-H1's memory bound under this accounting; the
-paper counts a micro-batch as held until its I, where W needs less). What it buys:
-stage s-1's I waits only for stage s's I, not for its W, so every stage on the
-backward chain sheds a W and W runs while the stage waits for its next gradient.
-With f = i = w = 1 and p = 4, m = 8: 30 where 1F1B (b = i + w) takes 33; 30 is the
-optimum under the p-s cap (an exact CP-SAT solve in the tests), 27 without it.
+zb-h1 (the paper's ZB-H1, one stage per device): torch's ScheduleInterleavedZeroBubble
+order with one stage per rank (interleaved_zb.py, V = 1). Stage s warms up with
+p-1-s forwards, then runs (F, I) pairs, each W delayed by s pairs, then drains
+with I and the W owed. Memory rule: stage s holds at most p-s micro-batches until
+their I but up to p until their W (the later stages keep their W for the bubbles);
+stage 0 holds p, 1F1B's stage-0 peak, so with I freeing what W does not need the
+peak is 1F1B's. With f = i = w = 1 and p = 4, m = 8: 27 = 1F1B's 33 less 2(p-1),
+a bubble of p-1 = a third of 1F1B's 3(p-1) (the optimum without a cap, an exact
+CP-SAT solve in the tests); p = 8, m = 32: 103.
+
+    stage 0 |FFFF...IWFIWFIWFIWFIWIWIWIW|
+            |0123   00411522633744556677|
+    stage 1 |.FFF..IFIWFIWFIWFIWFIWIWIWW|
+            | 012  031042153264375465767|
+    stage 2 |..FF.IFIFIWFIWFIWFIWFIWIWWW|
+            |  01 0213204315426537647567|
+    stage 3 |...FIFIFIFIWFIWFIWFIWFIWWWW|
+            |   001122330441552663774567|
+
+zb-h1-capped (the former zb-h1): stage s warms up with c_s = min(p-s, m) forwards,
+then runs I(x) W(x) F(x+c_s), then drains with I(x) W(x). A micro-batch's residuals
+stay live until its W, so stage s holds at most p-s micro-batches until their W,
+as in 1F1B. What it buys: stage s-1's I waits only for stage s's I, not for its
+W, so every stage on the backward chain sheds a W and W runs while the stage waits
+for its next gradient. With f = i = w = 1 and p = 4, m = 8: 30 where 1F1B
+(b = i + w) takes 33; 30 is the optimum under the p-s cap (CP-SAT, in the tests).
 
     stage 0 |FFFF...IWFIWFIWFIWFIW.IW.IW.IW|
             |0123   00411522633744 55 66 77|
@@ -50,6 +67,7 @@ from __future__ import annotations
 from schedules.errors import ScheduleError
 from schedules.generators.common import (assemble, assemble_devices, check_recompute, check_sizes,
                                           resolve_adjusted)
+from schedules.generators.interleaved_zb import torch_rank_row
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Action, Kind, Schedule
 
@@ -67,8 +85,19 @@ def zb_h1_row(stage: int, num_microbatches: int, warmup: int) -> list[Action]:
 
 
 def zb_h1(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
-          swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
-    """ZB-H1; `warmup` (a per-stage tuple) overrides the min(p-s, m) warm-up forwards,
+          swap_fraction: float = 0.0, costs=None) -> Schedule:
+    """The paper's ZB-H1: torch's interleaved zero-bubble order with one stage per device."""
+    p, m = check_sizes(num_stages, num_microbatches)
+    adj = resolve_adjusted(adjusted, p)
+    rec = check_recompute(recompute)
+    rows = [torch_rank_row(s, p, m, 1, m, min(p - 1 - s, m), w_delay=s) for s in range(p)]
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
+    return assemble("zb-h1", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
+
+
+def zb_h1_capped(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
+                 swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
+    """ZB-H1 capped at p-s micro-batches until W; `warmup` (a per-stage tuple) overrides the min(p-s, m) warm-up forwards,
     which are also the micro-batches a stage holds until their W."""
     p, m = check_sizes(num_stages, num_microbatches)
     adj = resolve_adjusted(adjusted, p)
@@ -81,7 +110,7 @@ def zb_h1(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("
             raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
     rows = [zb_h1_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
-    return assemble("zb-h1", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
+    return assemble("zb-h1-capped", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
 
 
 def zb_v_stage_to_device(num_devices: int) -> tuple[int, ...]:

@@ -57,6 +57,9 @@ def test_docstring_pictures_are_current(module, name, kw):
 # with a third line naming each op's stage. Costs are per model stage.
 ZOO_CASES = {
     "zbh1_p4_m8": ("zb-h1", 4, 8, {}, 4),
+    "zbh1_capped_p4_m8": ("zb-h1-capped", 4, 8, {}, 4),
+    "interleaved_zb_v2_p4_m8": ("interleaved-zb", 4, 8, {"virtual_stages": 2}, 8),
+    "looped_bfs_v2_p4_m8": ("looped-bfs", 4, 8, {"virtual_stages": 2}, 8),
     "zbv_p4_m8": ("zb-v", 4, 8, {}, 8),
     "interleaved_v2_p4_m8": ("interleaved", 4, 8, {"virtual_stages": 2}, 8),
     "obscura_zbh1_1_migrate_p4_m8": ("obscura-zb-h1", 4, 8, {"adjusted": 1, "migrate": True}, 4),

@@ -1,10 +1,12 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from schedules import Action, Kind, ScheduleError, StageCosts, generate, io
 from schedules.jsonio import read_json
+from schedules.torch_csv import load_torch_csv
 
 
 @pytest.mark.parametrize("text", ["F3", "B0", "W12", "SO3", "SI7"])
@@ -113,3 +115,15 @@ def test_read_json_wraps_errors(tmp_path):
     with pytest.raises(ValueError, match="costs JSON not found"):
         read_json(tmp_path / "x.json", "costs JSON")
     assert Kind("SO") is Kind.SO
+
+
+def test_overlapped_pairs_round_trip_through_the_schedule_file(tmp_path):
+    s = load_torch_csv(Path(__file__).parent / "data" / "torch" / "dualpipev_4rank_10mb.csv")
+    io.save_schedule(s, tmp_path / "s.json")
+    back = io.load_schedule(tmp_path / "s.json")
+    assert back.overlapped == s.overlapped and back.rows == s.rows
+    assert "overlapped" not in io.schedule_to_json(generate("zb-v", 4, 8))
+    data = io.schedule_to_json(s)
+    data["overlapped"] = [["0F7"]]
+    with pytest.raises(ScheduleError, match="'overlapped' must be a list of pairs"):
+        io.schedule_from_json(data)

@@ -64,3 +64,13 @@ def test_given_stage_actions_must_match_the_rows():
     with pytest.raises(ScheduleError, match="stage 0's actions differ from its order on device 0"):
         Schedule("t", 3, 1, (StageSpec((Action(0, Kind.B, 0), Action(0, Kind.F, 0))), StageSpec(()),
                              StageSpec(())), (0, 1, 0), s.rows)
+
+
+def test_overlapped_pairs_must_be_adjacent_compute_actions_of_one_row():
+    a, b, c = Action(0, Kind.F, 0), Action(0, Kind.B, 0), Action(1, Kind.F, 0)
+    rows = ((a, b), (c, Action(1, Kind.B, 0)))
+    specs = (StageSpec(()), StageSpec(()))
+    assert Schedule("t", 2, 1, specs, (0, 1), rows, ((a, b),)).overlapped == ((a, b),)
+    for bad in (((b, a),), ((a, c),), ((a, b), (a, b))):
+        with pytest.raises(ScheduleError, match="overlap"):
+            Schedule("t", 2, 1, specs, (0, 1), rows, bad)

@@ -46,24 +46,75 @@ def test_dualpipev_golden_with_overlapped_pairs_imports():
     s = load_torch_csv(DATA / "dualpipev_4rank_10mb.csv")
     assert s.stage_to_device == (0, 1, 2, 3, 3, 2, 1, 0)   # the V
     assert s.num_microbatches == 10
-    # (0F7;7B3)OVERLAP_F_B runs here as 0F7 then 7B3
+    # (0F7;7B3)OVERLAP_F_B: 0F7 then 7B3, adjacent and kept as one unit
     row = s.rows[0]
     i = row.index(Action(0, Kind.F, 7))
     assert row[i + 1] == Action(7, Kind.B, 3)
+    assert (Action(0, Kind.F, 7), Action(7, Kind.B, 3)) in s.overlapped
+    assert len(s.overlapped) == text_count(DATA / "dualpipev_4rank_10mb.csv", "OVERLAP_F_B")
     tl = simulate(s, StageCosts.uniform(8, 1.0, 2.0, 0.0))
-    assert tl.makespan > 0
+    assert sum(st.compute for st in tl.stages) == pytest.approx(8 * 10 * 3)   # every pair's halves ran once
+
+
+def text_count(path, needle):
+    return path.read_text().count(needle)
+
+
+# m = 2, stages 0..3 on ranks (0, 1, 1, 0); rank 0 overlaps 0F1 with 3B0
+PAIR_CSV = ("0F0,3F0,(0F1;3B0)OVERLAP_F_B,3F1,3B1,0B0,0B1\n"
+            "1F0,2F0,1F1,2B0,1B0,2F1,2B1,1B1\n")
+
+
+def test_an_overlapped_pair_is_one_unit_whose_outputs_leave_at_its_end():
+    s = from_torch_csv(PAIR_CSV)
+    assert s.overlapped == ((Action(0, Kind.F, 1), Action(3, Kind.B, 0)),)
+    costs = StageCosts.uniform(4, 1.0, 2.0, 0.0)
+    t = {(o.stage, o.action): (o.start, o.end) for o in simulate(s, costs).ops}
+    # the unit starts at 4, when 3B0's input (3F0) is there, though 0F1's was at 1
+    assert t[(0, "F1")] == (4, 5) and t[(3, "B0")] == (5, 7)       # halves back to back: F + B
+    assert t[(1, "F1")][0] == 7       # 0F1's activation leaves with the unit, at 7, not at 5
+    plain = from_torch_csv(PAIR_CSV.replace("(0F1;3B0)OVERLAP_F_B", "0F1,3B0"))
+    assert plain.overlapped == ()
+    assert {(o.stage, o.action): o.start for o in simulate(plain, costs).ops}[(1, "F1")] == 5
+
+
+def test_a_pair_waiting_on_its_own_unit_is_a_deadlock():
+    # 3F1 needs 2F1, which needs 0F1's output: run one after the other they pass,
+    # as one unit (0F1's output leaves at the unit's end) they wait on each other
+    rows = "0F0,3F0,3B0,{},3B1,0B0,0B1\n1F0,2F0,2B0,1B0,1F1,2F1,2B1,1B1\n"
+    from_torch_csv(rows.format("0F1,3F1"))
+    with pytest.raises(ScheduleError, match="deadlock: device 0 step 3 waits at 0F1 for 2F1 on device 1"):
+        from_torch_csv(rows.format("(0F1;3F1)OVERLAP_F_B"))
 
 
 @pytest.mark.parametrize("name", ["zb1p_2rank_2stagep_compute", "dualpipev_4rank_10mb"])
 def test_golden_export_gives_back_torch_cells(name):
     text = (DATA / f"{name}.csv").read_text()
-    s = from_torch_csv(text)
-    expanded = [[a for c in row for a in (c[1:c.index(")")].split(";") if c.startswith("(") else [c])]
-                for row in _cells(text)]
-    assert _cells(to_torch_csv(s)) == expanded
+    assert _cells(to_torch_csv(from_torch_csv(text))) == _cells(text)
+
+
+def test_reduce_grad_and_fsdp_cells_are_skipped_with_one_note():
+    text = "0F0,0UNSHARD,0F1,0B0,0B1,0REDUCE_GRAD,0RESHARD\n1F0,1F1,1B0,1B1,1REDUCE_GRAD\n"
+    notes = []
+    s = from_torch_csv(text, notes=notes)
+    assert s.rows == from_torch_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n").rows
+    assert notes == ["torch CSV: skipped 2 REDUCE_GRAD, 1 RESHARD, 1 UNSHARD cells (gradient reduction and FSDP "
+                     "sharding run no stage compute; not modelled)"]
+    notes = []
+    from_torch_csv("0F0,0B0\n", notes=notes)
+    assert notes == []
+
+
+def test_without_a_notes_list_the_note_is_logged_once(caplog):
+    with caplog.at_level("WARNING", logger="schedules.torch_csv"):
+        from_torch_csv("0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n")
+    assert [r.getMessage() for r in caplog.records] == [
+        "note: torch CSV: skipped 2 REDUCE_GRAD cells (gradient reduction and FSDP sharding run no stage compute; "
+        "not modelled)"]
 
 
 @pytest.mark.parametrize("name,kw", [("zb-v", {}), ("interleaved", {"virtual_stages": 3}), ("zb-h1", {}),
+                                     ("zb-h1-capped", {}), ("interleaved-zb", {}), ("looped-bfs", {}),
                                      ("1f1b", {}), ("obscura", {"adjusted": 1})])
 def test_ours_export_import_round_trip(tmp_path, name, kw):
     s = generate(name, 4, 8, **kw)
@@ -83,8 +134,12 @@ def test_swaps_and_recompute_are_left_out_of_the_export():
 
 @pytest.mark.parametrize("text,needle", [
     ("0F0,0SEND_F0,0B0\n", "SEND_F action; only compute_only"),
-    ("0F0,0UNSHARD\n", "UNSHARD action"),
+    ("0F0,0RECV_B1,0B0\n", "RECV_B action; only compute_only"),
     ("0F0,0Q0\n", "cannot parse '0Q0'"),
+    ("0F0,(0B0)OVERLAP_F_B\n", "an OVERLAP_F_B cell holds two compute actions"),
+    ("0F0,(0B0;0UNSHARD)OVERLAP_F_B\n", "an OVERLAP_F_B cell holds two compute actions"),
+    ("0F0,(0F1;0B0;0B1)OVERLAP_F_B\n", "an OVERLAP_F_B cell holds two compute actions"),
+    ("0F0,0OVERLAP_F_B\n", "cannot parse '0OVERLAP_F_B'"),
     ("0F0,1F0\n1B0,0B0\n", "stage 1 appears on rank 0 and on rank 1"),
     ("0F0,0B0\n2F0,2B0\n", "stage 1 has no actions"),
     ("", "no actions"),

@@ -105,9 +105,13 @@ def test_simulate_never_imports_jax():
 
 @pytest.mark.parametrize("argv,makespan,held", [
     (["--schedule", "1f1b", "--fwd", "1", "--bwd", "2"], 33, [4, 3, 2, 1]),
-    (["--schedule", "zb-h1", "--fwd", "1", "--bwd", "2"], 30, [4, 3, 2, 1]),
+    (["--schedule", "zb-h1-capped", "--fwd", "1", "--bwd", "2"], 30, [4, 3, 2, 1]),
+    (["--schedule", "zb-h1-capped", "--fwd", "1", "--bwd", "2", "--input-grad-time", "1", "--weight-grad-time",
+      "1"], 30, [4, 3, 2, 1]),
     (["--schedule", "zb-h1", "--fwd", "1", "--bwd", "2", "--input-grad-time", "1", "--weight-grad-time", "1"],
-     30, [4, 3, 2, 1]),
+     27, [4, 4, 4, 4]),
+    (["--schedule", "interleaved-zb", "--virtual-stages", "2", "--fwd", "0.5", "--bwd", "1"], 25.5, [8, 8, 8, 8]),
+    (["--schedule", "looped-bfs", "--virtual-stages", "2", "--fwd", "1", "--bwd", "2"], 57, [16, 16, 16, 16]),
     (["--schedule", "zb-v", "--fwd", "0.5", "--bwd", "1"], 25.5, [8, 8, 8, 8]),
     (["--schedule", "interleaved", "--virtual-stages", "2", "--fwd", "0.5", "--bwd", "1"], 28.5, [11, 9, 7, 5]),
     (["--schedule", "obscura-zb-h1", "--adjusted", "1", "--migrate"], 35, [5, 5, 2, 1]),

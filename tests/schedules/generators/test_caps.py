@@ -31,7 +31,7 @@ def _costs(rng, n, zero_ok=True):
 
 
 def _device_case(rng):
-    name = rng.choice(["interleaved", "zb-h1", "1f1b", "zb-v"])
+    name = rng.choice(["interleaved", "zb-h1", "zb-h1-capped", "1f1b", "zb-v", "interleaved-zb"])
     p, m = rng.choice([2, 3, 4, 6]), rng.choice([4, 6, 8, 12])
     kw = {"virtual_stages": 2} if name == "interleaved" else {}
     try:
@@ -97,7 +97,7 @@ def test_a_limit_stops_only_runs_that_end_past_it(kind):
 def test_bisection_finds_the_smallest_cap_that_meets_the_target():
     # uniform costs: the makespan is monotone in each cap, so the answer is each row's
     # smallest cap meeting the target with the others at their answers
-    base = generate("zb-h1", 4, 8, adjusted="all", recompute=("full",))
+    base = generate("zb-h1-capped", 4, 8, adjusted="all", recompute=("full",))
     relax = DeviceRelaxation(base, StageCosts.uniform(4, 1.0, 2.0, 1.0))
     start = {d: 8 for d in range(4)}
     found = relax(start)

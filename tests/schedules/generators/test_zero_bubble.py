@@ -1,4 +1,5 @@
-"""ZB-H1 and ZB-V, and the exact optimum behind the ZB-H1 acceptance (CP-SAT)."""
+"""ZB-H1 (the paper's and the capped one) and ZB-V, and the exact optima behind the
+ZB-H1 acceptance figures (CP-SAT)."""
 import pytest
 from ortools.sat.python import cp_model
 
@@ -53,29 +54,61 @@ def optimum(p: int, m: int, cap: bool) -> tuple[str, int]:
     return solver.StatusName(status), int(solver.Value(makespan))
 
 
-def test_zb_h1_acceptance_30_and_holds_p_minus_s():
-    tl = simulate(generate("zb-h1", 4, 8), UNIT)
+@pytest.mark.parametrize("p,m,want", [(4, 8, 27), (8, 32, 103)])
+def test_zb_h1_acceptance_bubble_is_a_third_of_1f1bs(p, m, want):
+    costs = StageCosts.uniform(p, 1.0, 2.0, 0.0)
+    one = simulate(generate("1f1b", p, m), costs).makespan
+    zb = simulate(generate("zb-h1", p, m), costs).makespan
+    assert zb == pytest.approx(want)
+    assert zb - m * 3 == pytest.approx(p - 1) and one - m * 3 == pytest.approx(3 * (p - 1))
+
+
+def test_zb_h1_memory_rule():
+    """At most p-s micro-batches on stage s until their I, up to p until their W;
+    stage 0's peak is 1F1B's once I frees what W does not need."""
+    until_i = StageCosts.uniform(4, 1.0, 2.0, 0.0, act_bytes=1.0, freed_by_input_grad=1.0)
+    tl = simulate(generate("zb-h1", 4, 8), until_i)
+    assert [st.peak_activation_bytes for st in tl.stages] == [4, 3, 2, 1]
+    assert [st.peak_inflight_microbatches for st in tl.stages] == [4, 4, 4, 4]
+    half = StageCosts.uniform(4, 1.0, 2.0, 0.0, act_bytes=1.0, freed_by_input_grad=0.5)
+    zb = simulate(generate("zb-h1", 4, 8), half).stages
+    one = simulate(generate("1f1b", 4, 8), half).stages
+    assert zb[0].peak_activation_bytes <= one[0].peak_activation_bytes == 4
+    assert [st.peak_activation_bytes for st in zb] == [4, 3.5, 3, 2.5]
+
+
+def test_zb_h1_capped_acceptance_30_and_holds_p_minus_s():
+    tl = simulate(generate("zb-h1-capped", 4, 8), UNIT)
     assert tl.makespan == pytest.approx(30)
     assert simulate(generate("1f1b", 4, 8), UNIT).makespan == pytest.approx(33)
     assert [st.peak_inflight_microbatches for st in tl.stages] == [4, 3, 2, 1]
 
 
 def test_30_is_optimal_under_the_cap_and_27_without():
+    """The capped ZB-H1 reaches the capped optimum, the paper's the uncapped one."""
     assert optimum(4, 8, cap=True) == ("OPTIMAL", 30)
     assert optimum(4, 8, cap=False) == ("OPTIMAL", 27)
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 4), (4, 16), (8, 8)])
-def test_zb_h1_beats_1f1b_by_a_w_per_stage_when_m_ge_p(p, m):
+def test_zb_h1_capped_beats_1f1b_by_a_w_per_stage_and_the_papers_by_two(p, m):
     costs = StageCosts.uniform(p, 1.0, 2.0, 0.0)
-    zb, one = simulate(generate("zb-h1", p, m), costs), simulate(generate("1f1b", p, m), costs)
+    capped, one = simulate(generate("zb-h1-capped", p, m), costs), simulate(generate("1f1b", p, m), costs)
+    paper = simulate(generate("zb-h1", p, m), costs)
     assert one.makespan == pytest.approx((m + p - 1) * 3)
-    assert zb.makespan == pytest.approx(one.makespan - (p - 1))
-    assert [st.peak_inflight_microbatches for st in zb.stages] == [min(p - s, m) for s in range(p)]
+    assert capped.makespan == pytest.approx(one.makespan - (p - 1))
+    assert paper.makespan == pytest.approx(one.makespan - 2 * (p - 1))
+    assert [st.peak_inflight_microbatches for st in capped.stages] == [min(p - s, m) for s in range(p)]
 
 
-def test_zb_h1_warmup_override():
-    s = generate("zb-h1", 4, 8, warmup=(6, 4, 2, 1))
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 1), (4, 2), (4, 5), (3, 7)])
+def test_zb_h1_is_valid_for_any_size(p, m):
+    s = generate("zb-h1", p, m)
+    assert sum(len(r) for r in s.rows) == p * m * 3
+
+
+def test_zb_h1_capped_warmup_override():
+    s = generate("zb-h1-capped", 4, 8, warmup=(6, 4, 2, 1))
     assert [a.kind for a in s.actions(0)[:7]] == [Kind.F] * 6 + [Kind.I]
 
 
@@ -96,6 +129,6 @@ def test_zb_v_is_valid_for_few_micro_batches_too(p, m):
 
 def test_docstring_pictures_are_current():
     import schedules.generators.zero_bubble as mod
-    for name, costs in (("zb-h1", UNIT), ("zb-v", StageCosts.uniform(8, 1.0, 2.0, 0.0))):
+    for name, costs in (("zb-h1", UNIT), ("zb-h1-capped", UNIT), ("zb-v", StageCosts.uniform(8, 1.0, 2.0, 0.0))):
         tl = simulate(generate(name, 4, 8), costs)
         assert "\n".join("    " + ln for ln in timeline_ascii(tl).splitlines()) in mod.__doc__
