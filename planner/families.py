@@ -44,7 +44,9 @@ FAMILIES = ("1f1b", "interleaved", "zb-h1")
 VIRTUAL = (2, 4)
 _FAMILY_OF = {"gpipe": "gpipe", "1f1b": "1f1b", "recomp": "1f1b", "strawman": "1f1b", "obscura": "1f1b",
               "interleaved": "interleaved", "obscura-interleaved": "interleaved", "zb-h1": "zb-h1",
-              "obscura-zb-h1": "zb-h1", "zb-v": "zb-v"}
+              "zb-h1-capped": "zb-h1", "obscura-zb-h1": "zb-h1", "zb-v": "zb-v",
+              "interleaved-zb": "interleaved-zb", "obscura-interleaved-zb": "interleaved-zb",
+              "looped-bfs": "looped-bfs"}
 FAMILY_BASELINES = ("interleaved_full", "zb_h1_full")
 
 

@@ -59,7 +59,8 @@ class PlanResult:
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
              op_order) -> Plan:
     cfg, sched = ev.config, ev.schedule
-    transformed = cfg.schedule in ("obscura", "strawman", "obscura-interleaved", "obscura-zb-h1")
+    transformed = cfg.schedule in ("obscura", "strawman", "obscura-interleaved", "obscura-zb-h1",
+                                   "obscura-interleaved-zb")
     where, one = sched.stage_to_device, sched.one_stage_per_device
     stages = tuple(StagePlan(cfg.partition[s], transformed and s in cfg.adjusted,
                              recompute_names(cfg.recompute[s], op_order), cfg.swap_blocks[s],

@@ -12,6 +12,7 @@ from obscura_jax.errors import UsageError
 from obscura_jax.launch import launch_local, process_spec, without_flag
 from obscura_jax.run_config import RunConfig
 from planner.plan_meta import source_from_json
+from schedules.generators import CHUNKED
 from schedules.jsonio import read_json
 
 
@@ -61,7 +62,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="recompute set of adjusted stages: full (per unit), layer (per transformer layer, "
                         "DAPPLE+ as the paper runs it) or ops (default full)")
     g.add_argument("--virtual-stages", type=int, default=None, metavar="V",
-                   help="model chunks per device of interleaved / obscura-interleaved (default 2): "
+                   help=f"model chunks per device of {' / '.join(CHUNKED)} (default 2): "
                         "--stages devices run stages x V model stages")
     g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
                    help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "

@@ -26,7 +26,7 @@ from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
-from schedules.generators import SCHEDULES, check_pipeline_size, model_stages
+from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_stages
 from schedules.jsonio import check_writable, read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.text import timeline_ascii
@@ -42,28 +42,28 @@ def add_parser(sub):
     p = sub.add_parser("simulate", help="simulate a pipeline schedule (no JAX)",
                        description="Generate or load a pipeline schedule and simulate it under a cost model.")
     g = p.add_argument_group("schedule")
-    g.add_argument("--schedule", help="generator name: gpipe, 1f1b, recomp, strawman, obscura, interleaved, "
-                                      "zb-h1, zb-v, obscura-interleaved, obscura-zb-h1 (default: none; required unless --from-schedule "
-                                      "or --from-torch-csv)")
+    g.add_argument("--schedule", help=f"generator name: {', '.join(SCHEDULES)} (default: none; required "
+                                      "unless --from-schedule or --from-torch-csv)")
     g.add_argument("--from-schedule", metavar="PATH", help="simulate this schedule JSON instead of generating (default: generate --schedule)")
     g.add_argument("--from-torch-csv", metavar="PATH",
                    help="simulate this torch.distributed.pipelining compute_only CSV instead of generating "
                         "(default: generate --schedule)")
     g.add_argument("--stages", metavar="P", help="pipeline depth (devices) (default: none; required with --schedule)")
-    g.add_argument("--virtual-stages", metavar="V", help="model chunks per device, interleaved only (default 2)")
+    g.add_argument("--virtual-stages", metavar="V", help=f"model chunks per device of {', '.join(CHUNKED)} "
+                                                         "(default 2)")
     g.add_argument("--migrate", action="store_true",
-                   help="obscura-interleaved/-zb-h1: let forwards migrate (hold more micro-batches)")
+                   help="obscura-interleaved/-zb-h1/-interleaved-zb: let forwards migrate (hold more micro-batches)")
     g.add_argument("--microbatches", metavar="M", help="micro-batches per iteration (default: none; required with --schedule)")
     g.add_argument("--adjusted", metavar="K|all|none|LIST",
                    help="recomputing (adjusted) stages: K = stages 0..K, 'all', 'none', or a list like 0,2 "
-                        "(default: none for gpipe/1f1b/interleaved/zb-h1/zb-v; ALL stages for recomp, "
+                        "(default: none for the plain schedules; ALL stages for recomp, "
                         "strawman, obscura and obscura-*, each recomputing --recompute)")
     g.add_argument("--recompute", default="full", metavar="NAMES",
                    help="what adjusted stages recompute: op or preset names, comma-separated (default: full)")
     g.add_argument("--swap-blocks", default="0", metavar="L|LIST",
                    help="lambda at the last adjusted stage (+1 per earlier stage) or one per stage")
     g.add_argument("--swap-fraction", default="0", metavar="BETA", help="share of a block swapped, in [0, 1]")
-    g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp/zb-h1) or caps "
+    g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp/zb-h1-capped) or caps "
                                                    "(obscura; per device for obscura-interleaved/-zb-h1) "
                                                    "(default: the generator's)")
     c = p.add_argument_group("costs (uniform over stages unless --costs)")
@@ -172,7 +172,11 @@ def _load(args):
                 or args.virtual_stages or args.migrate):
             raise UsageError(f"--{given[0].replace('_', '-')} takes the schedule from the file: drop --schedule/"
                              "--stages/--microbatches/--adjusted/--warmup/--virtual-stages/--migrate")
-        schedule = io.load_schedule(args.from_schedule) if args.from_schedule else load_torch_csv(args.from_torch_csv)
+        notes: list[str] = []
+        schedule = (io.load_schedule(args.from_schedule) if args.from_schedule
+                    else load_torch_csv(args.from_torch_csv, notes=notes))
+        for note in notes:     # e.g. the REDUCE_GRAD / UNSHARD cells skipped, once
+            print(f"note: {note}")
         return schedule, _costs(args, schedule.num_stages)
     missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
     if missing:
@@ -188,7 +192,8 @@ def _load(args):
         extra["virtual_stages"] = v
     if args.migrate:
         if not args.schedule.startswith("obscura-"):
-            raise UsageError("--migrate applies to obscura-interleaved and obscura-zb-h1")
+            raise UsageError("--migrate applies to the obscura-* schedules on today's orders "
+                             "(obscura-interleaved, obscura-zb-h1, obscura-interleaved-zb)")
         extra["migrate"] = True
     costs = _costs(args, model_stages(args.schedule, p, v) if args.schedule in SCHEDULES else p)
     extra["costs"] = costs

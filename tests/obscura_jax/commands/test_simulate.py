@@ -248,3 +248,12 @@ def test_calibration_and_one_device(tmp_path, capsys):
     assert rc == 0 and "predicted iteration 96 (ideal" in out        # 4 stages x 8 x (1 + 2)
     rc, _, err = _run(capsys, *base, "--calibration", str(tmp_path / "none.json"))
     assert rc == 2 and err.count("\n") == 1 and "none.json" in err
+
+
+def test_a_torch_csv_with_reduce_grad_cells_prints_one_note(capsys):
+    """torch's GPipe order ends in REDUCE_GRAD cells: skipped, said once, on stdout."""
+    golden = os.path.join(os.path.dirname(__file__), "..", "..", "schedules", "goldens", "torch", "gpipe_p4_m8.csv")
+    rc, out, err = _run(capsys, "--from-torch-csv", golden)
+    assert rc == 0 and err == ""
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "REDUCE_GRAD" in notes[0]
