@@ -29,6 +29,7 @@ from typing import Callable
 
 from models.errors import ObscuraError
 from obscura_jax import interrupt
+from obscura_jax.environment import check_environment
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv   # `--processes N` re-runs it in N processes
 
     def body():
+        check_environment()
         load_model_modules(args)
         return args.func(args)
     return run_command("obscura", body)
