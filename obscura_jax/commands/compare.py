@@ -43,7 +43,8 @@ def add_parser(sub):
     p.add_argument("--demo", action="store_true",
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
                         "1F1B vs Obscura (explicit flags still override)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs; one compare at a time (a lock "
+                        "file .obscura.lock-DIR beside it)")
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)

@@ -47,8 +47,8 @@ def add_parser(sub):
     p = sub.add_parser("sweep", help="rank parallel layouts (mbs x PP x TP x SP x recompute x "
                                      "attention) by predicted MFU", description=__doc__)
     p.add_argument("--model", required=True, help="model name, e.g. llama2-13b, llama-30b")
-    p.add_argument("--seq-len", type=int, required=True, help="sequence length T")
-    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N")
+    p.add_argument("--seq-len", type=int, required=True, help="sequence length T, at most 32768")
+    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N, at most 65536")
     p.add_argument("--global-batch", type=int, default=None,
                    help="sequences per iteration (default: the multiple of --gpus nearest to "
                         "4M tokens, i.e. 2048 at 2k, 512 at 8k on 64 GPUs)")
