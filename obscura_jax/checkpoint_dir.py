@@ -50,14 +50,23 @@ def _read_record(fd: int) -> dict | None:
         return {"pid": "?", "host": "?", "started": "unreadable lock record"}
 
 
-class DirectoryLock:
-    """An exclusive lock on a checkpoint directory for this process (release() or
-    process exit ends it)."""
+def beside_lock(directory: str | Path) -> Path:
+    """The lock file of a directory that is replaced whole (compare --out): beside it,
+    `.obscura.lock-<name>`, so the rename that publishes the directory keeps it. It
+    stays (empty) after the run: removing a lock file races with a run opening it."""
+    d = Path(directory).absolute()
+    return d.parent / f".obscura.lock-{d.name}"
 
-    def __init__(self, directory: str | Path):
+
+class DirectoryLock:
+    """An exclusive lock on a directory for this process (release() or process exit
+    ends it): a checkpoint directory's `<dir>/.obscura.lock`, or `lock_path` (e.g.
+    beside_lock for compare --out); `what` names the directory in the error line."""
+
+    def __init__(self, directory: str | Path, lock_path: Path | None = None, what: str = "checkpoint dir"):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / LOCK_NAME
+        self.path = Path(lock_path) if lock_path is not None else self.directory / LOCK_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -65,7 +74,7 @@ class DirectoryLock:
             record = _read_record(self._fd) or {}
             os.close(self._fd)
             self._fd = None
-            raise RunError(f"checkpoint dir {directory} is in use by another run: {_holder_text(record)} "
+            raise RunError(f"{what} {directory} is in use by another run: {_holder_text(record)} "
                            f"holds {self.path}; wait for it to end or choose another dir") from None
         old = _read_record(self._fd)
         if old is not None:
@@ -86,10 +95,10 @@ class DirectoryLock:
         self._fd = None
 
 
-def check_unlocked(directory: str | Path) -> None:
+def check_unlocked(directory: str | Path, lock_path: Path | None = None, what: str = "checkpoint dir") -> None:
     """Fail at once (before JAX starts) if another run holds `directory`'s lock;
     the run takes the lock itself later (DirectoryLock)."""
-    path = Path(directory) / LOCK_NAME
+    path = Path(lock_path) if lock_path is not None else Path(directory) / LOCK_NAME
     if not path.is_file():
         return
     fd = os.open(path, os.O_RDONLY)
@@ -98,7 +107,7 @@ def check_unlocked(directory: str | Path) -> None:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             record = _read_record(fd) or {}
-            raise RunError(f"checkpoint dir {directory} is in use by another run: {_holder_text(record)} "
+            raise RunError(f"{what} {directory} is in use by another run: {_holder_text(record)} "
                            f"holds {path}; wait for it to end or choose another dir") from None
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:

@@ -29,6 +29,8 @@ from typing import Callable
 
 from models.errors import ObscuraError
 from obscura_jax import interrupt
+from obscura_jax.cli_files import check_files
+from obscura_jax.environment import check_environment
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv   # `--processes N` re-runs it in N processes
 
     def body():
+        check_environment()
+        check_files(args)
         load_model_modules(args)
         return args.func(args)
     return run_command("obscura", body)

@@ -72,6 +72,8 @@ def load_token_file(path: str, dtype: str | None = None) -> np.ndarray:
             raise RunError(f"cannot read token file {path}: {e}") from None
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
             raise RunError(f"token file {path} must hold a 1-D integer array, got {arr.dtype} {arr.shape}")
+        if arr.size == 0:
+            raise RunError(f"token file {path} is empty")
         return arr
     name = dtype or "uint16"
     if name not in RAW_DTYPES:

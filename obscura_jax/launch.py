@@ -8,9 +8,14 @@ Local (one host): `obscura train ... --processes N` re-runs the same command, wi
     OBSCURA_TRANSFER_ADDRESS=127.0.0.1:<free port>   CPU cross-process transfers
     OBSCURA_LOCAL_DEVICE_IDS=...                  GPU: this process's GPUs
 
-and streams their output, each line prefixed `[pI] `. When one fails (exits non-zero
-or is killed) it prints one line naming it, gives the others `grace` seconds to stop
-on their own (their watchdogs print why), kills what is left, and exits non-zero.
+and streams their output, each line prefixed `[pI] `: error lines (`obscura: error: ...`,
+`obscura: internal error ...`) go to stderr, the same line from several processes
+once (a shared verdict), the rest to stdout. When one fails (exits non-zero or is
+killed) it gives the others `grace` seconds to stop on their own (their watchdogs
+print why), kills what is left, and exits with the first failure's status (never 0
+when a process failed, even when all ended before the launcher looked). A process
+that failed without an error line of its own gets one on stderr from the launcher,
+naming it, its exit and its last line of output.
 
 Several hosts: run the command on each host with `--coordinator HOST:PORT
 --num-processes N --process-id I` (or the OBSCURA_* variables above; flags win).
@@ -159,13 +164,16 @@ def describe_exit(rc: int) -> str:
     return f"exited with status {rc}"
 
 
+ERROR_LINES = (ERROR_PREFIX, "obscura: internal error", "obscura: interrupted")
+
+
 def launch_local(argv: list[str], num_processes: int, *, devices_per_process: int = 1,
-                 grace: float = 30.0, out=None, command: list[str] | None = None,
+                 grace: float = 30.0, out=None, err=None, command: list[str] | None = None,
                  extra_env: dict | None = None) -> int:
     """Run `command *argv` (default: `python -m obscura_jax`) as processes 0..N-1 of one
     run on this host.
     Long: start, stream, watch for the first failure, stop the rest, one exit code."""
-    out = out or sys.stdout
+    out, err = out or sys.stdout, err or sys.stderr
     ports = free_ports(num_processes + 1)
     cmd = [*(command or [sys.executable, "-m", "obscura_jax"]), *argv]
     flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
@@ -179,48 +187,65 @@ def launch_local(argv: list[str], num_processes: int, *, devices_per_process: in
                                       bufsize=1, start_new_session=True, preexec_fn=_die_with_parent))
     lock = threading.Lock()
     said_error = [False] * num_processes
+    last_line = [""] * num_processes
     errors_seen: set[str] = set()
 
-    def say(line: str, once: bool = False) -> None:
+    def say(line: str, error: bool = False) -> None:
         with lock:
-            if once:        # every process reports a shared verdict: once is enough
+            if error:        # every process reports a shared verdict: once is enough
                 if line.split("] ", 1)[-1] in errors_seen:
                     return
                 errors_seen.add(line.split("] ", 1)[-1])
-            out.write(line if line.endswith("\n") else line + "\n")
-            out.flush()
+            stream = err if error else out
+            stream.write(line if line.endswith("\n") else line + "\n")
+            stream.flush()
 
     say(f"obscura: started {num_processes} processes (pids {', '.join(str(p.pid) for p in procs)}); "
         f"coordinator 127.0.0.1:{ports[0]}")
 
     def pump(i: int, proc) -> None:
         for line in proc.stdout:
-            error = line.startswith(ERROR_PREFIX)
+            error = line.startswith(ERROR_LINES)
             said_error[i] = said_error[i] or error
-            say(f"[p{i}] {line}", once=error)
+            last_line[i] = line.strip() or last_line[i]
+            say(f"[p{i}] {line}", error=error)
 
     pumps = [threading.Thread(target=pump, args=(i, p), daemon=True) for i, p in enumerate(procs)]
     for t in pumps:
         t.start()
+    killed: set[int] = set()
 
     def kill_all() -> None:
-        for p in procs:
+        for i, p in enumerate(procs):
             if p.poll() is None:
+                killed.add(i)
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
 
-    first = None
+    first, named = None, set()
+
+    def name_failures() -> None:
+        """One stderr line for each failed process that said no error line itself."""
+        for i, p in enumerate(procs):
+            if p.returncode not in (None, 0) and i not in named and i not in killed:
+                pumps[i].join(2)             # its last lines first
+                named.add(i)
+                if not said_error[i]:
+                    tail = f"; its last line: {last_line[i][:300]}" if last_line[i] else "; it printed nothing"
+                    say(f"{ERROR_PREFIX}process {i} {describe_exit(p.returncode)}{tail}"
+                        + ("; stopping the others" if any(q.poll() is None for q in procs) else ""), error=True)
+
     try:
-        while any(p.poll() is None for p in procs):
+        while True:
+            running = any(p.poll() is None for p in procs)
             for i, p in enumerate(procs):
-                rc = p.poll()
-                if rc not in (None, 0) and first is None:
-                    first = (i, rc, time.monotonic())
-                    time.sleep(0.2)             # let its own last line arrive first
-                    if not said_error[i]:
-                        say(f"{ERROR_PREFIX}process {i} {describe_exit(rc)}; stopping the others")
+                if p.returncode not in (None, 0) and first is None:
+                    first = (i, p.returncode, time.monotonic())
+            name_failures()
+            if not running:
+                break
             if first is not None and time.monotonic() - first[2] > grace:
                 kill_all()
             time.sleep(0.05)
@@ -232,7 +257,10 @@ def launch_local(argv: list[str], num_processes: int, *, devices_per_process: in
             t.join(2)
     if first is None:
         return 0
-    say("obscura: processes ended: " + ", ".join(f"{i} {_short_exit(p.returncode)}" for i, p in enumerate(procs)))
+    with lock:
+        err.write("obscura: processes ended: "
+                  + ", ".join(f"{i} {_short_exit(p.returncode)}" for i, p in enumerate(procs)) + "\n")
+        err.flush()
     rc = first[1]
     return rc if rc > 0 else 128 - rc
 

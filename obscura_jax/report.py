@@ -68,15 +68,7 @@ def train_report(res: dict) -> str:
                    f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in"
                    + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
                       if sw.get("overlap_with_compute") is not None else ""))
-    rows = []
-    for s, st in enumerate(res["stages"]):
-        m = st.get("measured") or {}
-        rows.append([str(s), format_units(st["units"]), st["policy"]["name"],
-                     "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
-                     format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
-                     format_bytes(st.get("simulated_peak_bytes")),
-                     fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
-    out.append(table(["stage", "units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows))
+    out += stage_tables(res)
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
         out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
                    "+ XLA scratch (no memory_stats for this stage alone)")
@@ -95,6 +87,33 @@ def train_report(res: dict) -> str:
     for dev, peak in shared_peaks.items():
         out.append(f"memory_stats peak of shared device {dev}: {format_bytes(peak)}")
     return "\n".join(out)
+
+
+def stage_tables(res: dict) -> list[str]:
+    """One row per model stage; when a pipeline device runs several model stages
+    (interleaved, zb-v, ...), a `dev` column and one row per pipeline device too
+    (the idle figures are the device's)."""
+    chunked = any(len(d["stages"]) > 1 for d in res.get("pipeline_devices") or ())
+    rows = []
+    for s, st in enumerate(res["stages"]):
+        m = st.get("measured") or {}
+        rows.append([str(s)] + ([str(st["pipeline_device"])] if chunked else [])
+                    + [format_units(st["units"]), st["policy"]["name"],
+                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
+                       format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                       format_bytes(st.get("simulated_peak_bytes")),
+                       fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
+    out = [table(["stage"] + (["dev"] if chunked else [])
+                 + ["units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows)]
+    if chunked:
+        rows = []
+        for d in res["pipeline_devices"]:
+            m = d.get("measured") or {}
+            rows.append([str(d["device"]), ",".join(str(s) for s in d["stages"]),
+                         format_bytes(d.get("simulated_peak_bytes")), fmt_time(m.get("compute")),
+                         fmt_time(m.get("backward_bubble"))])
+        out.append(table(["dev", "model stages", "sim peak", "busy", "bwd bubble"], rows))
+    return out
 
 
 def compare_report(results: list[dict]) -> str:

@@ -11,8 +11,11 @@ from pathlib import Path
 import models
 import schedules
 from obscura_jax import plan_run
+from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
+
+MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
 from schedules.io import load_schedule
 from schedules.ir import Schedule, check_recompute_names
 from schedules.validator import validate
@@ -86,6 +89,13 @@ class RunConfig:
                 raise UsageError(f"--{name} must be >= 1, got {v}")
         if self.virtual_stages is not None and self.virtual_stages < 1:
             raise UsageError(f"--virtual-stages must be >= 1, got {self.virtual_stages}")
+        if self.virtual_stages is not None:     # the model stages it makes, before any is built
+            try:
+                check_pipeline_size((self.stages or 4) * self.virtual_stages, self.microbatches)
+            except ObscuraError as e:
+                raise UsageError(f"--virtual-stages {self.virtual_stages} on {self.stages or 4} stages: {e}") from None
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be an integer in 0..{MAX_SEED} (2**63 - 1), got {self.seed}")
         if self.swap_blocks < 0:
             raise UsageError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
         if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):

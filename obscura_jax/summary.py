@@ -1,5 +1,12 @@
 """A training run summarised as one JSON-ready dict (format obscura-train/1), from
-a TrainOutcome whose per-stage facts were gathered from every process."""
+a TrainOutcome whose per-stage facts were gathered from every process.
+
+`stages` holds one row per MODEL stage (what the engine compiles and measures);
+`pipeline_devices` one row per pipeline device (a row of the schedule). They differ
+for chunked schedules (interleaved, zb-v, obscura-interleaved: a device runs several
+model stages). A Timeline's statistics are per pipeline device, so a stage row takes
+its simulated peak from its own ops (schedules.memory's accounting over that stage
+alone), and its measured idle figures only when it has its pipeline device alone."""
 from __future__ import annotations
 
 import os
@@ -8,7 +15,7 @@ import statistics
 import numpy as np
 
 from schedules.ir import Kind
-from schedules.simulator import iteration_time, on_one_device
+from schedules.simulator import iteration_time, on_one_device, stage_memory
 from schedules.timeline import Timeline
 
 
@@ -44,6 +51,12 @@ def summarize(out) -> dict:
         simulated_time = sim.makespan + (update_time or 0.0)
     planned = run.planned_peaks()
     devices = pipe.placement.devices
+    schedule = pipe.schedule
+    where = schedule.stage_to_device
+    alone_on_row = [where.count(where[s]) == 1 for s in range(schedule.num_stages)]
+    # Per model stage: each stage's ops accounted alone (identity stage -> device map).
+    sim_own = (Timeline.from_ops(schedule.num_stages, sim.ops, origin=0.0,
+                                 memory=stage_memory(schedule, measured.costs)) if sim is not None else None)
     stages = []
     for s, facts in enumerate(out.stage_facts):
         row = dict(facts["row"])
@@ -53,22 +66,21 @@ def summarize(out) -> dict:
         # memory_stats is per device: it is this stage's peak only if no other stage shares it.
         alone = sum(d.id == devices[s].id for d in devices) == 1
         own_peak = device_peak if alone else None
-        row.update({"process": facts["process"], "weight_bytes": weight, "peak_activation_bytes": live,
+        row.update({"process": facts["process"], "pipeline_device": where[s], "weight_bytes": weight,
+                    "peak_activation_bytes": live,
                     "temp_bytes": facts["temp_bytes"], "accounted_peak_bytes": accounted,
                     "device_peak_bytes": device_peak,
                     "peak_bytes": own_peak if own_peak is not None else accounted,
                     "peak_source": "memory_stats" if own_peak is not None else "accounting"})
         if sim is not None:
-            row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim.stages[s].peak_activation_bytes
+            row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim_own.stages[s].peak_activation_bytes
         if planned is not None:
             # The plan predicts weights + kept activations; XLA's scratch is not in the
             # profile format (plan with --reserve to leave room for it).
             row["planned_peak_bytes"] = planned[s]
             row["planned_vs_measured_bytes"] = planned[s] - (weight + live)
         if out.timeline is not None:
-            ts = out.timeline.stages[s]
-            row["measured"] = {k: getattr(ts, k) for k in ("compute", "forward_bubble", "backward_bubble",
-                                                           "comm_wait", "swap")}
+            row["measured"] = stage_measured(out.timeline, s, alone_on_row[s])
         stages.append(row)
     dispatch = {k: (1e6 * statistics.mean(v) if v else None) for k, v in out.dispatch.items()}
     all_d = sorted(x for v in out.dispatch.values() for x in v)
@@ -106,11 +118,17 @@ def summarize(out) -> dict:
         "simulated_over_measured": (simulated_time / iteration) if simulated_time and iteration else None,
         "tokens_per_second": shape.tokens_per_step / iteration if iteration else None,
         "dispatch_us": dispatch, "swap": swap, "stages": stages,
+        "pipeline_devices": pipeline_devices(schedule, measured, sim, out.timeline),
         "costs": measured.to_json() if measured is not None else None,
         "timeline": out.timeline.to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
     }
-    if shared and measured is not None:
+    # A device that runs stages the schedule puts on different pipeline devices (more
+    # stages than devices, one GPU): the serial estimate. Not for a chunked schedule
+    # placed as written (its simulation already shares the devices).
+    pairs = {(where[s], devices[s].id) for s in range(schedule.num_stages)}
+    as_written = len(pairs) == len({d for d, _ in pairs}) == len({j for _, j in pairs})
+    if shared and not as_written and measured is not None:
         # One device runs every stage's work in turn: the simulator on one device,
         # with the optimizer step measured in this run (spread over the stages by weight).
         c = measured.costs
@@ -119,6 +137,38 @@ def summarize(out) -> dict:
             c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
         result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
+
+
+MEASURED_KEYS = ("compute", "forward_bubble", "backward_bubble", "comm_wait", "swap")
+
+
+def stage_measured(timeline: Timeline, stage: int, alone: bool) -> dict:
+    """Measured figures of one model stage in the recorded step: its pipeline device's
+    statistics when the stage has that device alone; otherwise its own compute time
+    (F, B, I, W) and None for the idle figures, which belong to the device."""
+    if alone:
+        return {k: getattr(timeline.stages[timeline.device_of(stage)], k) for k in MEASURED_KEYS}
+    own = timeline.stage_ops(stage)
+    return {"compute": sum(o.duration for o in own if o.kind in (Kind.F, Kind.B, Kind.I, Kind.W)),
+            "forward_bubble": None, "backward_bubble": None, "comm_wait": None,
+            "swap": sum(o.duration for o in own if o.kind in (Kind.SO, Kind.SI))}
+
+
+def pipeline_devices(schedule, measured, sim, timeline) -> list[dict]:
+    """One row per pipeline device (schedule row): its model stages, the simulated
+    peak (their weights + the device's simulated activation peak) and the measured
+    statistics of the recorded step."""
+    rows = []
+    for d in range(schedule.num_devices):
+        mine = schedule.stages_on(d)
+        row = {"device": d, "stages": list(mine)}
+        if sim is not None:
+            row["simulated_peak_bytes"] = (sum(measured.costs.weight_bytes[s] for s in mine)
+                                           + sim.stages[d].peak_activation_bytes)
+        if timeline is not None:
+            row["measured"] = {k: getattr(timeline.stages[d], k) for k in MEASURED_KEYS}
+        rows.append(row)
+    return rows
 
 
 def _gbps(bytes_per_second: float):

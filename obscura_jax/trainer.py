@@ -26,7 +26,7 @@ from tqdm import tqdm
 import schedules
 from models.units import tree_bytes
 from obscura_jax.checkpoint import open_checkpointer
-from obscura_jax.checkpoint_dir import MetricsLog
+from obscura_jax.checkpoint_dir import MetricsLog, warn
 from obscura_jax.data import BatchShape, open_data
 from obscura_jax.engine import Pipeline, build_pipeline
 from obscura_jax.errors import RunError
@@ -133,6 +133,9 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     ckpt = open_checkpointer(run.checkpoint_dir, run.resume, group) if run.checkpoint_dir else None
     try:
         start = ckpt.resumable_step(identity) if ckpt is not None else None
+        if run.resume and start is None and group.is_leader:
+            warn(f"--resume: {run.checkpoint_dir} holds no checkpoint, nothing to resume; starting afresh "
+                 "at step 1")
         if start is not None and start >= run.steps:
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")

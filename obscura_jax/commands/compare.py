@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from obscura_jax.checkpoint_dir import DirectoryLock, beside_lock, check_unlocked
 from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, run_config, run_with_processes)
 from obscura_jax.errors import UsageError
@@ -42,7 +43,8 @@ def add_parser(sub):
     p.add_argument("--demo", action="store_true",
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
                         "1F1B vs Obscura (explicit flags still override)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs; one compare at a time (a lock "
+                        "file .obscura.lock-DIR beside it)")
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)
@@ -103,6 +105,7 @@ def check_out(out: Path) -> None:
         raise UsageError(f"--out {out} holds files that are not a compare's outputs: choose a new or empty "
                          "directory (an earlier compare's --out is replaced whole)")
     check_writable(out / "compare.json", "--out", shown=out)
+    check_unlocked(out, beside_lock(out), "--out")
 
 
 def publish(tmp: Path, out: Path) -> None:
@@ -128,9 +131,10 @@ def _compare(args, items, place, group) -> int:
     an interrupted or failed compare leaves --out as it was."""
     lead = group.is_leader
     final = Path(args.out)
-    out = None
+    out = lock = None
     if lead:     # everything is written here, and moved to --out only when complete
         final.absolute().parent.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(final, beside_lock(final), "--out")   # one compare per --out at a time
         out = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.absolute().parent))
     try:
         code = _compare_into(args, items, place, group, out)
@@ -142,6 +146,8 @@ def _compare(args, items, place, group) -> int:
     finally:
         if out is not None and out.exists():
             shutil.rmtree(out, ignore_errors=True)
+        if lock is not None:
+            lock.release()
 
 
 def _compare_into(args, items, place, group, out: Path | None) -> int:

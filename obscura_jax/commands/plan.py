@@ -61,6 +61,7 @@ def run(args):
     from planner.plan import plan_search, save_plan
 
     check_plan_args(args)
+    cal = load_calibration(args.calibration) if args.calibration else None   # every input before any output
     if args.profile:
         prof = load_profile(args.profile)
     else:
@@ -74,8 +75,8 @@ def run(args):
     if args.json:
         save_plan(plan, args.json)
     print(render(prof, res))
-    if args.calibration:
-        print(calibrated_line(res, load_calibration(args.calibration)))
+    if cal is not None:
+        print(calibrated_line(res, cal))
     if args.json:
         print(f"wrote {args.json}")
     return 0

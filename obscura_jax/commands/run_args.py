@@ -43,7 +43,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                         "(default synthetic)")
     g.add_argument("--dtype", default=None, choices=("uint16", "uint32"),
                    help="dtype of a raw token file (default: none; needed for a raw --data file)")
-    g.add_argument("--seed", type=int, default=0, help="params and data seed (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="params and data seed, 0 .. 2**63-1 (default 0)")
     g.add_argument("--compute-dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="override the model's activation dtype (default: the model config's)")
     g.add_argument("--layers", type=int, default=None, metavar="L",

@@ -47,8 +47,8 @@ def add_parser(sub):
     p = sub.add_parser("sweep", help="rank parallel layouts (mbs x PP x TP x SP x recompute x "
                                      "attention) by predicted MFU", description=__doc__)
     p.add_argument("--model", required=True, help="model name, e.g. llama2-13b, llama-30b")
-    p.add_argument("--seq-len", type=int, required=True, help="sequence length T")
-    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N")
+    p.add_argument("--seq-len", type=int, required=True, help="sequence length T, at most 32768")
+    p.add_argument("--gpus", type=int, required=True, help="number of GPUs N, at most 65536")
     p.add_argument("--global-batch", type=int, default=None,
                    help="sequences per iteration (default: the multiple of --gpus nearest to "
                         "4M tokens, i.e. 2048 at 2k, 512 at 8k on 64 GPUs)")
@@ -94,6 +94,11 @@ def add_parser(sub):
     p.set_defaults(func=run)
 
 
+MAX_SEQ_LEN = 32768          # 8 x the 4k the paper's models were trained at
+MAX_GPUS = 65536
+MAX_GLOBAL_BATCH = 2 ** 24
+
+
 def default_global_batch(gpus: int, seq_len: int) -> int:
     return gpus * max(1, round(TOKENS_PER_BATCH / (seq_len * gpus)))
 
@@ -116,13 +121,16 @@ def _device(args):
 
 def _check_args(args) -> None:
     """Every flag checked before anything is computed."""
-    if args.seq_len < 1:
-        raise UsageError(f"--seq-len must be >= 1, got {args.seq_len}")
-    if args.gpus < 1:
-        raise UsageError(f"--gpus must be >= 1, got {args.gpus}")
+    for flag, v, bound in (("--seq-len", args.seq_len, MAX_SEQ_LEN), ("--gpus", args.gpus, MAX_GPUS),
+                           ("--global-batch", args.global_batch, MAX_GLOBAL_BATCH)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+        if v is not None and v > bound:
+            raise UsageError(f"{flag} must be <= {bound}, got {v} (a bound of the sweep: its cost model is "
+                             "made for today's context lengths and cluster sizes)")
     if args.top < 0:
         raise UsageError(f"--top must be >= 0, got {args.top}")
-    for flag in ("global_batch", "gpus_per_node"):
+    for flag in ("gpus_per_node",):
         v = getattr(args, flag)
         if v is not None and v < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")

@@ -39,7 +39,8 @@ def add_parser(sub):
     add_process_args(p)
     g = p.add_argument_group("checkpoints and output")
     g.add_argument("--checkpoint-dir", default=None, metavar="D", help="Orbax checkpoints of params, optimizer state, step (default: none saved)")
-    g.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
+    g.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir (a dir holding none: one "
+                        "warning line, and the run starts afresh at step 1)")
     g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="also save every N steps (default: end only)")
     g.add_argument("--gantt", default=None, metavar="PNG",
                    help="draw the measured timeline (PNG + SVG) (default: not drawn)")

@@ -72,3 +72,51 @@ def test_a_different_transfer_order_on_one_process_stops_all_at_start_up(tmp_pat
     assert len(errors) == 1, text
     assert "process 2 runs a different schedule and transfer order than process 0" in errors[0]
     assert "Traceback" not in text and not out.exists()
+
+
+def _launch_in_child(env: dict, extra_env: dict | None, timeout: float = 120) -> tuple[int, str, str]:
+    """launch_local of 2 processes running `obscura train --steps 1`, in a process of its
+    own (bounded: on timeout its group is killed; the children die with the launcher)."""
+    import os
+    import subprocess
+    import sys
+    argv = ["train", *TINY, "--steps", "1"]
+    code = ("import sys; from obscura_jax.launch import launch_local; "
+            f"sys.exit(launch_local({argv!r}, 2, extra_env={extra_env!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env=dict(os.environ, **env))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        raise AssertionError(f"launcher still running after {timeout} s:\n{out[-2000:]}\n{err[-2000:]}")
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("env, extra_env, cause", [
+    ({"XLA_FLAGS": "--xla_no_such_flag=1"}, None, "Unknown flag in XLA_FLAGS"),
+    ({}, {"OBSCURA_STEP_STALL_SECONDS": "abc"}, "OBSCURA_STEP_STALL_SECONDS"),
+    ({}, {"OBSCURA_HEARTBEAT_SECONDS": "-1"}, "OBSCURA_HEARTBEAT_SECONDS"),
+], ids=["xla-flags", "stall", "heartbeat"])
+def test_crashing_children_exit_non_zero_with_their_line_on_stderr(env, extra_env, cause):
+    """Every child crashes (issue 24: the launcher once exited 0 when all had ended
+    before it looked): a non-zero exit, each message once on stderr naming the
+    process that said it, every process's status at the end; stdout keeps no error."""
+    rc, out, err = _launch_in_child(env, extra_env)
+    assert rc != 0, (out, err)
+    lines = err.splitlines()
+    named = [line for line in lines if cause in line]
+    assert named and all(line.startswith(("[p0] obscura: error:", "[p1] obscura: error:",
+                                          "obscura: error: process 0", "obscura: error: process 1"))
+                         for line in named), err
+    assert len(set(lines)) == len(lines), err
+    assert lines[-1].startswith("obscura: processes ended: 0 status") and "1 status" in lines[-1], err
+    assert "error:" not in out and "Traceback" not in err
+
+
+def test_the_command_line_refuses_a_bad_variable_before_starting_processes(capsys, monkeypatch):
+    monkeypatch.setenv("OBSCURA_HEARTBEAT_SECONDS", "-1")
+    assert main(["train", *TINY, "--processes", "2", "--steps", "1"]) == 2
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and "OBSCURA_HEARTBEAT_SECONDS" in cap.err and "started" not in cap.out

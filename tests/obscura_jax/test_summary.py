@@ -17,3 +17,32 @@ def testswap_overlap_is_the_share_of_copy_time_under_compute():
     # SO: 1 of its 2 seconds under F; SI: none of its second
     assert swap_overlap(tl, [Dev(0)]) == pytest.approx(1.0 / 3.0)
     assert swap_overlap(Timeline.from_ops(1, ops[:1]), [Dev(0)]) is None
+
+
+def test_chunked_schedule_rows_are_model_stages_and_idle_figures_belong_to_the_device():
+    """interleaved on 2 devices: 4 model stages, stage s on device s % 2. A stage row
+    takes its own compute; bubbles and the simulated peak of the device are in
+    pipeline_devices (the summary once indexed per-device statistics by stage)."""
+    from obscura_jax.summary import pipeline_devices, stage_measured
+    from schedules import StageCosts, generate, simulate
+
+    sched = generate("interleaved", 2, 4, virtual_stages=2)
+    assert sched.num_stages == 4 and sched.num_devices == 2
+    costs = StageCosts.uniform(4, fwd=1.0, bwd=2.0, act_bytes=10.0)
+    sim = simulate(sched, costs)
+    rows = [stage_measured(sim, s, alone=False) for s in range(4)]
+    assert [r["compute"] for r in rows] == pytest.approx([4 * 3.0] * 4)   # 4 micro-batches x (F + B)
+    assert all(r["backward_bubble"] is None for r in rows)
+
+    class Measured:
+        pass
+    m = Measured()
+    m.costs = costs
+    devs = pipeline_devices(sched, m, sim, sim)
+    assert [d["stages"] for d in devs] == [[0, 2], [1, 3]]
+    assert [d["measured"]["compute"] for d in devs] == pytest.approx([24.0, 24.0])
+    assert devs[0]["simulated_peak_bytes"] == pytest.approx(
+        sum(costs.weight_bytes[s] for s in (0, 2)) + sim.stages[0].peak_activation_bytes)
+    # one stage per device: the stage row is the device's statistics
+    plain = simulate(generate("1f1b", 2, 4), StageCosts.uniform(2, fwd=1.0, bwd=2.0))
+    assert stage_measured(plain, 1, alone=True)["backward_bubble"] == plain.stages[1].backward_bubble

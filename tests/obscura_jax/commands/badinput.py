@@ -3,10 +3,35 @@ line on stderr naming the problem, no traceback, and no file written.
 
 `check(capsys, tmp_path, argv, needle)` runs `obscura argv` in-process (cli.main,
 argparse's own exits included) with the working directory at tmp_path, and checks
-all four; `{tmp}` in argv stands for tmp_path."""
+all four; `{tmp}` in argv stands for tmp_path. `odd_files(tmp_path)` makes the inputs
+of issue 24 there: a FIFO, JSON nested 200,000 deep, a 5,000-digit integer, schedule
+files past the pipeline bounds, an empty token file."""
+import json
 import os
 
+import numpy as np
+
 from obscura_jax.cli import main
+
+
+def odd_files(root) -> None:
+    """fifo (never opened: a test that reads it would block), deep.json, bigint.json,
+    m12.json (10^12 micro-batches), s3000.json (3,000 stages), big.csv (a torch cell
+    0F99999999999), s3000.csv (3,000 ranks), empty.npy."""
+    os.mkfifo(os.path.join(root, "fifo"))
+    with open(os.path.join(root, "deep.json"), "w") as f:
+        f.write("[" * 200_000 + "]" * 200_000)
+    with open(os.path.join(root, "bigint.json"), "w") as f:
+        f.write('{"num_stages": ' + "9" * 5000 + "}")
+    for name, p, m in (("m12.json", 2, 10 ** 12), ("s3000.json", 3000, 1)):
+        with open(os.path.join(root, name), "w") as f:
+            json.dump({"format": "obscura-schedule/1", "name": "x", "num_stages": p, "num_microbatches": m,
+                       "stages": [{"actions": ["F0", "B0"]}] * p}, f)
+    with open(os.path.join(root, "big.csv"), "w") as f:
+        f.write("0F99999999999,0B99999999999\n")
+    with open(os.path.join(root, "s3000.csv"), "w") as f:
+        f.write("".join(f"{s}F0\n" for s in range(3000)))
+    np.save(os.path.join(root, "empty.npy"), np.array([], dtype=np.int32))
 
 
 def files_under(root) -> dict:

@@ -2,6 +2,7 @@
 stdlib text on 4 emulated CPU devices under 1F1B and Obscura, in one process; and
 compare on 2 processes x 2 devices."""
 import json
+import os
 
 import pytest
 
@@ -71,6 +72,12 @@ BAD = [
     (C + ["--schedules", "1f1b", "--microbatches", "100000", "--out", "{tmp}/o"], "--microbatches must be <= 4096"),
     (C + ["--schedules", "1f1b", "--lr", "-1", "--out", "{tmp}/o"], "--lr must be > 0"),
     (C + ["--schedules", "1f1b"], "the following arguments are required: --out"),
+    # issue 24
+    (C + ["--schedules", "1f1b", "--seed", "-1", "--out", "{tmp}/o"], "--seed must be an integer in 0.."),
+    (C + ["--schedules", "interleaved", "--virtual-stages", "100000", "--out", "{tmp}/o"],
+     "--virtual-stages 100000 on 2 stages"),
+    (C + ["--schedules", "1f1b", "--out", "/dev/null"], "--out /dev/null: is a character device, not a directory"),
+    (C + ["--schedules", "1f1b", "--data", "{tmp}/fifo", "--out", "{tmp}/o"], "is a FIFO, not a regular file"),
 ]
 
 
@@ -79,5 +86,20 @@ def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "notours").mkdir()
     (tmp_path / "notours" / "thesis.tex").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
     assert not (tmp_path / "o").exists()
+
+
+def test_an_out_another_compare_holds_is_refused(capsys, tmp_path, monkeypatch):
+    """Two compares on one --out would both say "wrote" (issue 24): the second
+    stops at once with one line naming the holder (the lock beside --out, as a
+    checkpoint dir's)."""
+    from obscura_jax.checkpoint_dir import DirectoryLock, beside_lock
+    lock = DirectoryLock(tmp_path / "o", beside_lock(tmp_path / "o"), "--out")
+    try:
+        err = badinput.check(capsys, tmp_path, monkeypatch, C + ["--schedules", "1f1b", "--out", "{tmp}/o"],
+                             f"--out {tmp_path}/o is in use by another run: pid {os.getpid()}")
+    finally:
+        lock.release()
+    assert "wrote" not in err

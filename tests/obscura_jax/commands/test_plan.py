@@ -124,6 +124,16 @@ BAD = [
     (["plan", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
      "obscura plan: error: one of the arguments --profile --analytic is required"),
     (PLAN, "the following arguments are required: --memory-limit"),
+    # issue 24: every input is read before an output is written
+    (PLAN + ["--memory-limit", "1GiB", "--calibration", "{tmp}/latin1.json", "--json", "{tmp}/out.json"],
+     "is not UTF-8 text"),
+    (PLAN + ["--memory-limit", "1GiB", "--calibration", "{tmp}/deep.json", "--json", "{tmp}/out.json"],
+     "--calibration {tmp}/deep.json: JSON nested 200000 deep"),
+    (PLAN + ["--memory-limit", "1GiB", "--json", "{tmp}/fifo"], "is a FIFO, not a regular file: refusing"),
+    (["plan", "--profile", "{tmp}/fifo", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "--profile {tmp}/fifo: is a FIFO, not a regular file"),
+    (["plan", "--profile", "{tmp}/bigint.json", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
+     "JSON holds an integer of 5000 digits"),
 ]
 
 
@@ -131,4 +141,5 @@ BAD = [
 def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, profile_path, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
     argv = [a.replace("{prof}", str(profile_path)) for a in argv]
-    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
+    badinput.odd_files(tmp_path)
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))

@@ -197,6 +197,21 @@ BAD = [
     (["simulate", "--from-torch-csv", "{tmp}/latin1.json"], "is not UTF-8 text"),
     (S + ["--costs", "{tmp}/latin1.json"], "costs JSON"),
     (["simulate", "--from-schedule", "{tmp}/nosuchop.json"], "unknown recompute op or preset 'nosuchop'"),
+    # issue 24: odd files (badinput.odd_files), before anything is read or built
+    (S + ["--json", "{tmp}/fifo"], "is a FIFO, not a regular file: refusing to replace it"),
+    (S + ["--gantt", "{tmp}/fifo.png"], "--gantt {tmp}/fifo.svg: is a FIFO"),
+    (S + ["--costs", "/dev/zero"], "--costs /dev/zero: is a character device, not a regular file"),
+    (["simulate", "--from-schedule", "{tmp}/fifo"], "--from-schedule {tmp}/fifo: is a FIFO"),
+    (["simulate", "--from-torch-csv", "{tmp}/fifo"], "--from-torch-csv {tmp}/fifo: is a FIFO"),
+    (["simulate", "--from-schedule", "{tmp}/deep.json"], "JSON nested 200000 deep; at most 1000"),
+    (["simulate", "--from-schedule", "{tmp}/bigint.json"], "JSON holds an integer of 5000 digits"),
+    (S + ["--costs", "{tmp}/deep.json"], "--costs {tmp}/deep.json: JSON nested 200000 deep"),
+    (["simulate", "--from-schedule", "{tmp}/m12.json"], "micro-batches must be <= 65536, got 1000000000000"),
+    (["simulate", "--from-schedule", "{tmp}/s3000.json"], "number of stages must be <= 1024, got 3000"),
+    (["simulate", "--from-torch-csv", "{tmp}/big.csv"], "micro-batches must be <= 65536, got 100000000000"),
+    (["simulate", "--from-torch-csv", "{tmp}/s3000.csv"], "number of stages must be <= 1024, got 3000"),
+    (["simulate", "--schedule", "interleaved", "--stages", "4", "--microbatches", "8", "--virtual-stages",
+      "100000"], "number of stages must be <= 1024, got 400000"),
 ]
 
 
@@ -207,7 +222,9 @@ def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
     sched = {"format": "obscura-schedule/1", "name": "x", "num_stages": 1, "num_microbatches": 1,
              "stages": [{"actions": ["F0", "B0"], "recompute": ["nosuchop"]}]}
     (tmp_path / "nosuchop.json").write_text(json.dumps(sched))
-    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
+    badinput.odd_files(tmp_path)
+    os.mkfifo(tmp_path / "fifo.svg")
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))
 
 
 def test_outputs_follow_the_umask_and_write_through_symlinks(tmp_path, capsys):

@@ -129,10 +129,18 @@ BAD = [
     (SW + ["--pp", "1,x"], "expected comma-separated integers"),
     (SW + ["--measured", "{tmp}/latin1.json"], "is not UTF-8 text"),
     (SW + ["--top", "-1"], "--top must be >= 0"),
+    # issue 24
+    (SW + ["--seq-len", "100000"], "--seq-len must be <= 32768, got 100000"),
+    (SW + ["--gpus", str(2 ** 63)], f"--gpus must be <= 65536, got {2 ** 63}"),
+    (SW + ["--global-batch", str(2 ** 40)], "--global-batch must be <= 16777216"),
+    (SW + ["--json", "{tmp}/fifo"], "is a FIFO, not a regular file: refusing to replace it"),
+    (SW + ["--measured", "{tmp}/fifo"], "--measured {tmp}/fifo: is a FIFO, not a regular file"),
+    (SW + ["--measured", "{tmp}/deep.json"], "JSON nested 200000 deep"),
 ]
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[len(SW):])[:50] for a, _ in BAD])
 def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
-    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
+    badinput.odd_files(tmp_path)
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))

@@ -109,6 +109,11 @@ BAD = [
     (["--warmup-steps", "-1"], "must be >= 0"),
     (["--schedule", "interleaved", "--virtual-stages", "0"], "--virtual-stages"),
     (["--schedule", "1f1b", "--virtual-stages", "2"], "virtual"),
+    # issue 24
+    (["--seed", "-1"], "--seed must be an integer in 0..9223372036854775807"),
+    (["--seed", str(2 ** 63)], f"--seed must be an integer in 0..9223372036854775807 (2**63 - 1), got {2 ** 63}"),
+    (["--schedule", "interleaved", "--virtual-stages", "100000"],
+     "--virtual-stages 100000 on 4 stages: number of stages must be <= 1024"),
 ]
 
 
@@ -162,14 +167,35 @@ def test_issue13_file_inputs(tmp_path, capsys, monkeypatch):
     np.save(tmp_path / "neg.npy", np.array([1, 2, -3, 4] * 64, dtype=np.int32))
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
     (tmp_path / "ckfile").write_text("x")
+    badinput.odd_files(tmp_path)
     for extra, needle in ((["--data", "{tmp}/neg.npy"], "holds a negative token id (-3)"),
                           (["--plan", "{tmp}/latin1.json"], "is not UTF-8 text"),
                           (["--schedule", "{tmp}/latin1.json"], "is not UTF-8 text"),
                           (["--checkpoint-dir", "{tmp}/ckfile"], "is not a directory"),
                           (["--json", "{tmp}"], "is a directory"),
                           (["--compute-dtype", "float64"], "argument --compute-dtype: invalid choice"),
-                          (["--lr", "-1e-3"], "--lr must be > 0")):
-        badinput.check(capsys, tmp_path, monkeypatch, BASE + extra + ["--steps", "1"], needle)
+                          (["--lr", "-1e-3"], "--lr must be > 0"),
+                          # issue 24: odd files (badinput.odd_files)
+                          (["--data", "{tmp}/empty.npy"], "empty.npy is empty"),
+                          (["--data", "{tmp}/fifo"], "--data {tmp}/fifo: is a FIFO, not a regular file"),
+                          (["--data", "/dev/zero"], "--data /dev/zero: is a character device"),
+                          (["--json", "{tmp}/fifo"], "is a FIFO, not a regular file: refusing to replace it"),
+                          (["--schedule", "{tmp}/m12.json"], "micro-batches must be <= 65536"),
+                          (["--schedule", "{tmp}/deep.json"], "JSON nested 200000 deep"),
+                          (["--plan", "{tmp}/bigint.json"], "JSON holds an integer of 5000 digits"),
+                          (["--plan", "{tmp}/s3000.json"], "number of stages must be <= 1024")):
+        badinput.check(capsys, tmp_path, monkeypatch, BASE + extra + ["--steps", "1"],
+                       needle.replace("{tmp}", str(tmp_path)))
+
+
+def test_resume_with_an_empty_checkpoint_dir_says_it_starts_afresh(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    assert train("--steps", "1", "--checkpoint-dir", str(ck), "--resume") == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"--resume: {ck} holds no checkpoint, nothing to resume; starting afresh at step 1" in err
+    assert (ck / "1").is_dir()
 
 
 def test_resume_checks_dtypes_and_skips_a_damaged_newest_checkpoint(tmp_path, capsys):
