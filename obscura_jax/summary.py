@@ -126,9 +126,7 @@ def summarize(out) -> dict:
     # A device that runs stages the schedule puts on different pipeline devices (more
     # stages than devices, one GPU): the serial estimate. Not for a chunked schedule
     # placed as written (its simulation already shares the devices).
-    pairs = {(where[s], devices[s].id) for s in range(schedule.num_stages)}
-    as_written = len(pairs) == len({d for d, _ in pairs}) == len({j for _, j in pairs})
-    if shared and not as_written and measured is not None:
+    if shared and not placed_as_written(where, [d.id for d in devices]) and measured is not None:
         # One device runs every stage's work in turn: the simulator on one device,
         # with the optimizer step measured in this run (spread over the stages by weight).
         c = measured.costs
@@ -137,6 +135,14 @@ def summarize(out) -> dict:
             c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
         result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
+
+
+def placed_as_written(stage_to_device, device_ids) -> bool:
+    """Whether the stages' devices are the schedule's pipeline devices one to one
+    (a chunked schedule on as many devices as it has rows), so the simulation
+    already shares each device the way the run does."""
+    pairs = set(zip(stage_to_device, device_ids))
+    return len(pairs) == len({d for d, _ in pairs}) == len({j for _, j in pairs})
 
 
 MEASURED_KEYS = ("compute", "forward_bubble", "backward_bubble", "comm_wait", "swap")

@@ -101,7 +101,9 @@ def check_out(out: Path) -> None:
     whole at the end), in a folder that takes new files."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, expected a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "compare.json").exists():
+    # (another process of the same run may be probing the folder: its probe is not a file of --out)
+    if out.is_dir() and any(not p.name.startswith(".obscura-probe-") for p in out.iterdir()) \
+            and not (out / "compare.json").exists():
         raise UsageError(f"--out {out} holds files that are not a compare's outputs: choose a new or empty "
                          "directory (an earlier compare's --out is replaced whole)")
     check_writable(out / "compare.json", "--out", shown=out)

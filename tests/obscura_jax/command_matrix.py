@@ -1,10 +1,12 @@
 """Shared by test_command_matrix_llama.py and test_command_matrix_gpt.py (two files so
 that pytest-xdist runs the two models in parallel). Issue 24: every documented path
-runs. Every command (simulate, train, compare, profile -> plan -> train --plan) with
-every schedule family of schedules.generators.SCHEDULES (a family added later is
-covered without editing this file) on both tiny models, through the CLI with its
-defaults (measured costs, timeline, summary, Gantt), on 4 emulated CPU devices;
-train checked against the unpipelined model (--check: equal), and the same across
+runs. simulate, train and compare with every schedule family of
+schedules.generators.SCHEDULES (a family added later is covered without editing this
+file) on both tiny models, through the CLI with its defaults (measured costs,
+timeline, summary, Gantt), on 4 emulated CPU devices; train checked against the
+unpipelined model (--check: equal); profile -> plan -> train --plan --check at two
+memory limits (the planner picks the family: today 1f1b where 1F1B fits and obscura
+at the tighter limit; `plan` has no flag to force a family); and train --check across
 2 processes x 2 devices for one plain and one chunked family.
 
 One model's whole matrix runs in one pytest process (cli.main in-process, one small

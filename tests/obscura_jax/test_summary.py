@@ -46,3 +46,12 @@ def test_chunked_schedule_rows_are_model_stages_and_idle_figures_belong_to_the_d
     # one stage per device: the stage row is the device's statistics
     plain = simulate(generate("1f1b", 2, 4), StageCosts.uniform(2, fwd=1.0, bwd=2.0))
     assert stage_measured(plain, 1, alone=True)["backward_bubble"] == plain.stages[1].backward_bubble
+
+
+def test_the_serial_estimate_is_for_devices_the_schedule_does_not_share():
+    from obscura_jax.summary import placed_as_written
+    assert placed_as_written((0, 1, 2, 3, 0, 1, 2, 3), [5, 6, 7, 8, 5, 6, 7, 8])   # interleaved on 4 devices
+    assert placed_as_written((0, 1), [3, 4])
+    assert not placed_as_written((0, 1, 2, 3), [0, 0, 0, 0])                      # 1f1b on one GPU
+    assert not placed_as_written((0, 1, 0, 1), [0, 0, 0, 0])                      # interleaved on one device
+    assert not placed_as_written((0, 1, 2, 3), [0, 1, 0, 1])                      # round-robin on 2
