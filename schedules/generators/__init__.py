@@ -10,6 +10,7 @@ stages on a device (interleaved, interleaved-zb, looped-bfs: V per device, zb-v:
 """
 from __future__ import annotations
 
+from schedules.bounds import MAX_MICROBATCHES, MAX_PAIRS, MAX_STAGES, check_pipeline_size  # noqa: F401 (re-exported)
 from schedules.errors import ScheduleError
 from schedules.generators.gpipe import gpipe
 from schedules.generators.interleaved import interleaved
@@ -51,28 +52,6 @@ def model_stages(name: str, num_stages: int, virtual_stages: int | None = None) 
     return 2 * num_stages if name == "zb-v" else num_stages
 
 
-# Bounds on a pipeline's size, so a typo answers at once instead of running for
-# minutes and gigabytes: every (stage, micro-batch) pair is a handful of actions
-# that are generated, validated, simulated and drawn one by one.
-MAX_STAGES = 1024
-MAX_MICROBATCHES = 65536
-MAX_PAIRS = 65536
-
-
-def check_pipeline_size(num_stages, num_microbatches) -> None:
-    """One line naming the bound a pipeline's stage or micro-batch count breaks."""
-    for what, v, bound in (("stages", num_stages, MAX_STAGES), ("micro-batches", num_microbatches,
-                                                                 MAX_MICROBATCHES)):
-        if isinstance(v, int) and v > bound:
-            raise ScheduleError(f"number of {what} must be <= {bound}, got {v} (a bound of this tool: "
-                                "bigger pipelines take minutes and gigabytes to build and simulate)")
-    if isinstance(num_stages, int) and isinstance(num_microbatches, int) \
-            and num_stages * num_microbatches > MAX_PAIRS:
-        raise ScheduleError(f"stages x micro-batches must be <= {MAX_PAIRS}, got {num_stages} x "
-                            f"{num_microbatches} (a bound of this tool: every pair is generated, simulated "
-                            "and drawn op by op)")
-
-
 def generate(name: str, num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",),
              swap_blocks=0, swap_fraction: float = 0.0, **extra) -> Schedule:
     """Build schedule `name` (see SCHEDULES) and validate it.
@@ -89,6 +68,9 @@ def generate(name: str, num_stages: int, num_microbatches: int, *, adjusted=None
     except (KeyError, TypeError):
         raise ScheduleError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}") from None
     check_pipeline_size(num_stages, num_microbatches)
+    v = extra.get("virtual_stages")
+    if isinstance(num_stages, int) and (name == "zb-v" or name in CHUNKED and (v is None or isinstance(v, int))):
+        check_pipeline_size(model_stages(name, num_stages, v), num_microbatches)   # p x V model stages
     try:
         schedule = gen(num_stages, num_microbatches, adjusted=adjusted, recompute=recompute,
                        swap_blocks=swap_blocks, swap_fraction=swap_fraction, **extra)
