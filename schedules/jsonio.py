@@ -1,11 +1,19 @@
 """Small file helpers shared by every package (pure Python, no JAX): JSON in and
 out, replacing a file atomically (the one helper every JSON, text, PNG and SVG
-output goes through), and checking an output path before any work is done."""
+output goes through), and checking an output path before any work is done.
+
+Inputs are read within bounds, each breach one ObscuraError line naming the file:
+only a regular file is opened (a FIFO would block for ever, /dev/zero never end),
+at most MAX_READ_BYTES of it; JSON nested deeper than Python's parser goes
+(RecursionError) or holding an integer of over MAX_INT_DIGITS digits is refused.
+An existing target that is not a regular file (a FIFO, a device node such as
+/dev/null) is never replaced: writing renames a finished file over the target."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -13,6 +21,59 @@ from typing import Any, Callable, TypeVar
 from models.errors import ObscuraError
 
 T = TypeVar("T")
+
+MAX_READ_BYTES = 256 * 2 ** 20
+MAX_INT_DIGITS = 1000
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def file_kind(path: str | os.PathLike) -> str | None:
+    """What `path` is when it exists and is not a regular file (through symlinks),
+    e.g. "a FIFO"; None for a regular file or nothing there (or no permission to look)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_text(path: str | os.PathLike, what: str, error: type[ObscuraError] = ObscuraError) -> str:
+    """A regular file's UTF-8 text, at most MAX_READ_BYTES; every failure one `error`
+    line naming `what` and the file. Nothing else is opened (a FIFO would block)."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except (OSError, ValueError) as e:
+        raise error(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or e}") from None
+    kind = file_kind(path)
+    if kind is not None:
+        raise error(f"{what} {path}: is {kind}, not a regular file")
+    if info.st_size > MAX_READ_BYTES:
+        raise error(f"{what} {path}: {info.st_size} bytes; at most {MAX_READ_BYTES} (256 MiB) are read")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_READ_BYTES + 1)
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror}") from None
+    if len(data) > MAX_READ_BYTES:       # grew since the stat
+        raise error(f"{what} {path}: over {MAX_READ_BYTES} bytes; at most {MAX_READ_BYTES} (256 MiB) are read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{what} {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                    f"at offset {e.start})") from None
+
+
+def _check_replaceable(target: Path, shown, flag: str = "") -> None:
+    kind = file_kind(target)
+    if kind is not None and kind != "a directory":
+        raise ObscuraError(f"{flag}{' ' if flag else ''}{shown}: is {kind}, not a regular file: "
+                           "refusing to replace it")
 
 
 def _clean(obj: Any) -> Any:
@@ -49,6 +110,7 @@ def check_writable(path: str | os.PathLike | None, flag: str, shown=None) -> Non
     target = _target(path)
     if target.is_dir():
         raise ObscuraError(f"{flag} {shown}: is a directory, expected a file path")
+    _check_replaceable(target, shown, flag)
     folder = target.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -67,9 +129,11 @@ def replace_atomically(path: str | os.PathLike, write: Callable[[str], None]) ->
     never leaves a half-written file where a good one was; permissions as a plain
     open() would give under the umask (mkstemp makes files private); a symlink is
     written through (its target replaced, the link kept). A failure names `path`,
-    never the temporary file."""
+    never the temporary file. An existing target that is not a regular file (a
+    FIFO, a device node) is refused with one ObscuraError line, never replaced."""
     path = Path(path)
     target = _target(path)
+    _check_replaceable(target, path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
@@ -109,21 +173,28 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
-    """Read JSON, turning every failure into one ObscuraError line that names the file."""
+    """Read JSON (read_text's bounds, then nesting and integer size), turning every
+    failure into one ObscuraError line that names the file."""
     path = Path(path)
+    text = read_text(path, what)
+
+    def bounded_int(digits: str) -> int:
+        n = len(digits.lstrip("-"))
+        if n > MAX_INT_DIGITS:
+            raise ObscuraError(f"{what} {path}: JSON holds an integer of {n} digits; at most "
+                               f"{MAX_INT_DIGITS} are read")
+        return int(digits)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ObscuraError(f"{what} not found: {path}") from None
-    except OSError as e:
-        raise ObscuraError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ObscuraError(f"{what} {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
-                           f"at offset {e.start})") from None
-    try:
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int)
+    except ObscuraError:
+        raise
     except json.JSONDecodeError as e:
         raise ObscuraError(f"malformed {what} {path}: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ObscuraError(f"{what} {path}: JSON nested too deep (deeper than Python's parser goes, "
+                           "about 1000 levels)") from None
+    except ValueError as e:           # Python's own integer-digit limit, should parse_int miss one
+        raise ObscuraError(f"malformed {what} {path}: {str(e).splitlines()[0] if str(e) else 'bad value'}") from None
 
 
 def load_document(path: str | os.PathLike, what: str, parse: Callable[[Any], T]) -> T:
