@@ -15,13 +15,16 @@ CSV's `(a;b)OVERLAP_F_B` cells, Schedule.overlapped) lists the pairs, e.g.
 on device s): each `stages` entry also holds the stage's "actions" in the short
 form ("F0", "SO0", ...); `swap_blocks` is optional (default 0).
 Reading validates the schedule; anything malformed is one ScheduleError line
-naming the problem.
+naming the problem. The file's counts, device indices and every action's stage and
+micro-batch index are held to the pipeline bounds (schedules.bounds) before anything
+is built from them.
 """
 from __future__ import annotations
 
 import math
 import os
 
+from schedules.bounds import check_action_count, check_index, check_pipeline_size
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule, StageSpec
 from schedules.jsonio import read_json, write_json_atomic
@@ -77,7 +80,22 @@ def _actions(acts, where: str, stage: int | None) -> tuple[Action, ...]:
     if not isinstance(acts, list) or not all(isinstance(a, str) for a in acts):
         example = "'F3'" if stage is not None else "'2F3'"
         raise ScheduleError(f"schedule JSON: {where}'actions' must be a list of strings like {example}")
-    return tuple(Action.parse(a, stage) for a in acts)
+    for a in acts:
+        if len(a) > 32:
+            raise ScheduleError(f"schedule JSON: {where}action string of {len(a)} characters ({a[:20]}...); "
+                                "expected one like '2F3'")
+    out = tuple(Action.parse(a, stage) for a in acts)
+    for a in out:
+        check_index("stage", a.stage, f"schedule JSON: {where}action {a.long}: ")
+        check_index("micro-batch", a.microbatch, f"schedule JSON: {where}action {a.long}: ")
+    return out
+
+
+def _count_actions(data: dict, rows: list) -> None:
+    """The file's actions within MAX_ACTIONS, counted before any is parsed."""
+    devices = data.get("devices")
+    lists = [r.get("actions") for r in rows if isinstance(r, dict)] + (devices if isinstance(devices, list) else [])
+    check_action_count(sum(len(x) for x in lists if isinstance(x, list)), "schedule JSON: ")
 
 
 def schedule_from_json(data) -> Schedule:
@@ -89,6 +107,10 @@ def schedule_from_json(data) -> Schedule:
         raise ScheduleError(f"schedule JSON: format must be {FORMAT!r} (or {FORMAT_V1!r}), got {fmt!r}")
     p = _int(data, "num_stages", "")
     m = _int(data, "num_microbatches", "")
+    try:
+        check_pipeline_size(p, m)
+    except ScheduleError as e:
+        raise ScheduleError(f"schedule JSON: {e}") from None
     name = data.get("name", "schedule")
     if not isinstance(name, str):
         raise ScheduleError(f"schedule JSON: 'name' must be a string, got {name!r}")
@@ -97,6 +119,7 @@ def schedule_from_json(data) -> Schedule:
         raise ScheduleError("schedule JSON: 'stages' must be a list")
     if len(rows) != p:
         raise ScheduleError(f"schedule JSON: {len(rows)} stage entries for num_stages={p}")
+    _count_actions(data, rows)
     if fmt == FORMAT_V1:
         stages = []
         for s, row in enumerate(rows):
@@ -108,6 +131,8 @@ def schedule_from_json(data) -> Schedule:
         if not isinstance(where, list) or len(where) != p or not all(
                 isinstance(d, int) and not isinstance(d, bool) for d in where):
             raise ScheduleError(f"schedule JSON: 'stage_to_device' must be a list of {p} device indices")
+        for d in where:
+            check_index("device", d, "schedule JSON: 'stage_to_device': ")
         devices = data.get("devices")
         if not isinstance(devices, list):
             raise ScheduleError("schedule JSON: 'devices' must be a list (one row of actions per device)")

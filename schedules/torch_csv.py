@@ -19,6 +19,10 @@ given, else logged once as a warning, which Python prints to stderr when nothing
 configured logging: the CLI shows it without knowing about notes); communication actions (SEND_F, RECV_B, ...) are not compute_only and are
 refused, as is any cell that does not parse. The result is validated like any
 schedule; the number of micro-batches is the largest index + 1 unless given.
+The pipeline bounds (schedules.bounds) hold before anything is built: at most
+MAX_STAGES rows, MAX_ACTIONS cells, each cell's stage and micro-batch index within
+them, and the counts they give within check_pipeline_size; a file is read as
+jsonio.read_text reads (a regular file, at most 256 MiB).
 Export (`to_torch_csv`): each device's compute actions in torch's strings, an
 overlapped pair as its `(a;b)OVERLAP_F_B` cell; a B followed by a W of the same
 micro-batch (our older spelling of I) is written I; SO/SI and the stages'
@@ -33,7 +37,8 @@ import os
 import re
 from pathlib import Path
 
-from schedules.jsonio import write_text_atomic
+from schedules.bounds import MAX_STAGES, check_action_count, check_index, check_pipeline_size
+from schedules.jsonio import read_text, write_text_atomic
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule, StageSpec
 from schedules.validator import validate
@@ -48,7 +53,8 @@ def _compute(text: str, rank: int, step: int, skipped: dict[str, int]) -> Action
     """One action string: an Action, or None for a skipped kind (counted in `skipped`)."""
     m = _COMPUTE_RE.match(text)
     if m:
-        return Action(int(m.group(1)), Kind(m.group(2)), int(m.group(3)))
+        where = f"torch CSV: rank {rank} step {step}: {text[:40]!r}: "
+        return Action(_index(m.group(1), "stage", where), Kind(m.group(2)), _index(m.group(3), "micro-batch", where))
     other = _OTHER_RE.match(text)
     if other and other.group(2) in _SKIPPED:
         skipped[other.group(2)] = skipped.get(other.group(2), 0) + 1
@@ -58,6 +64,35 @@ def _compute(text: str, rank: int, step: int, skipped: dict[str, int]) -> Action
                             f"compute_only schedules (F, I, B, W, OVERLAP_F_B) import")
     raise ScheduleError(f"torch CSV: rank {rank} step {step}: cannot parse {text!r} (expected an _Action "
                         f"string like 2F0, 2I0, 2W0 or (0F3;7B1)OVERLAP_F_B)")
+
+
+def _index(digits: str, what: str, where: str) -> int:
+    """A stage or micro-batch index within the bounds (a number of too many digits
+    for Python's int() is refused before converting)."""
+    if len(digits) > 12:
+        raise ScheduleError(f"{where}{what} index of {len(digits)} digits is past this tool's bound")
+    check_index(what, int(digits), where)
+    return int(digits)
+
+
+def _rows(text: str) -> list[list[str]]:
+    """The CSV's rows (blank ones at the end dropped), at most MAX_STAGES rows and
+    MAX_ACTIONS non-empty cells, counted while reading."""
+    lines: list[list[str]] = []
+    cells = 0
+    reader = csv.reader(_io.StringIO(text))
+    try:
+        for row in reader:
+            lines.append(row)
+            cells += sum(1 for c in row if c.strip())
+            check_action_count(cells, "torch CSV: at least ")
+    except csv.Error as e:
+        raise ScheduleError(f"torch CSV: line {reader.line_num}: {e}") from None
+    while lines and not lines[-1]:      # blank lines at the end are not ranks
+        lines.pop()
+    if len(lines) > MAX_STAGES:
+        raise ScheduleError(f"torch CSV: {len(lines)} rows (ranks); number of stages must be <= {MAX_STAGES}")
+    return lines
 
 
 def _cell(text: str, rank: int, step: int, skipped: dict[str, int]) -> list[Action]:
@@ -90,9 +125,7 @@ def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None 
                    notes: list[str] | None = None) -> Schedule:
     """A validated Schedule from torch's compute_only CSV text (see the module
     docstring); the note on skipped cells, if any, is appended to `notes`."""
-    lines = list(csv.reader(_io.StringIO(text)))
-    while lines and not lines[-1]:      # blank lines at the end are not ranks
-        lines.pop()
+    lines = _rows(text)
     skipped: dict[str, int] = {}
     cells = [[_cell(c, rank, step, skipped) for step, c in enumerate(row)] for rank, row in enumerate(lines)]
     rows = [[a for cell in row for a in cell] for row in cells]
@@ -115,6 +148,10 @@ def from_torch_csv(text: str, name: str = "torch", num_microbatches: int | None 
     m = top if num_microbatches is None else num_microbatches
     if isinstance(m, bool) or not isinstance(m, int) or m < top:
         raise ScheduleError(f"torch CSV: {num_microbatches!r} micro-batches, but micro-batch {top - 1} is used")
+    try:
+        check_pipeline_size(p, m)
+    except ScheduleError as e:
+        raise ScheduleError(f"torch CSV: {e}") from None
     schedule = Schedule(name, p, m, tuple(StageSpec(()) for _ in range(p)), tuple(where[s] for s in range(p)),
                         tuple(tuple(r) for r in rows), pairs)
     validate(schedule)
@@ -151,15 +188,7 @@ def to_torch_csv(schedule: Schedule) -> str:
 def load_torch_csv(path: str | os.PathLike, name: str | None = None,
                    num_microbatches: int | None = None, notes: list[str] | None = None) -> Schedule:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScheduleError(f"torch CSV not found: {path}") from None
-    except OSError as e:
-        raise ScheduleError(f"cannot read torch CSV {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ScheduleError(f"torch CSV {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
-                            f"at offset {e.start})") from None
+    text = read_text(path, "torch CSV", ScheduleError)
     return from_torch_csv(text, name or path.stem, num_microbatches, notes)
 
 
