@@ -173,3 +173,18 @@ def test_issue_order_respects_every_dependency(name):
     start = {(o.stage, o.action): o.start for o in times}
     starts = [start[(a.stage, str(a))] for a in order]
     assert starts == sorted(starts)
+
+
+@pytest.mark.parametrize("name,p,extra,needle", [
+    ("interleaved", 4, {"virtual_stages": 100000}, "number of stages must be <= 1024, got 400000"),
+    ("looped-bfs", 64, {"virtual_stages": 32}, "number of stages must be <= 1024, got 2048"),
+    ("zb-v", 1000, {}, "number of stages must be <= 1024, got 2000"),
+    ("interleaved", 512, {}, "stages x micro-batches must be <= 65536, got 1024 x 128"),
+])
+def test_generate_bounds_the_model_stages_first(name, p, extra, needle):
+    """p x V model stages are bounded before generating (one line, at once)."""
+    import time
+    t0 = time.monotonic()
+    with pytest.raises(ScheduleError, match=needle):
+        generate(name, p, 128 if p == 512 else 8, **extra)
+    assert time.monotonic() - t0 < 1.0

@@ -127,3 +127,47 @@ def test_overlapped_pairs_round_trip_through_the_schedule_file(tmp_path):
     data["overlapped"] = [["0F7"]]
     with pytest.raises(ScheduleError, match="'overlapped' must be a list of pairs"):
         io.schedule_from_json(data)
+
+
+def _v1(p, m, actions=("F0", "B0")):
+    return {"format": "obscura-schedule/1", "name": "x", "num_stages": p, "num_microbatches": m,
+            "stages": [{"actions": list(actions)}] * p}
+
+
+def _v2(where, devices, m=1):
+    return {"format": "obscura-schedule/2", "name": "x", "num_stages": len(where), "num_microbatches": m,
+            "stage_to_device": where, "stages": [{}] * len(where), "devices": devices}
+
+
+@pytest.mark.parametrize("data,needle", [
+    (_v1(2, 10 ** 12), "schedule JSON: number of micro-batches must be <= 65536, got 1000000000000"),
+    (_v1(3000, 1), "schedule JSON: number of stages must be <= 1024, got 3000"),
+    (_v1(300, 300), "schedule JSON: stages x micro-batches must be <= 65536, got 300 x 300"),
+    (_v2([0, 10 ** 9], [["0F0", "0B0"], ["1F0", "1B0"]]),
+     "schedule JSON: 'stage_to_device': device index 1000000000 is past this tool's bound"),
+    (_v2([0, 1], [["0F0", "0B99999999999"], ["1F0", "1B0"]]),
+     "schedule JSON: device 0: action 0B99999999999: micro-batch index 99999999999 is past"),
+    (_v2([0, 1], [["0F0", "0B0"], ["5000F0", "1B0"]]), "device 1: action 5000F0: stage index 5000 is past"),
+    (_v1(1, 1, ["F0", "B" + "9" * 5000]), "schedule JSON: stage 0: action string of 5001 characters"),
+    (_v2([0], [["0F0"] * 600_000]), "schedule JSON: 600000 actions; at most 524288 are read"),
+])
+def test_schedule_files_past_the_bounds_are_one_line_at_once(tmp_path, data, needle):
+    """Checked before anything is built: each answers within a second (issue 24)."""
+    import time
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    t0 = time.monotonic()
+    with pytest.raises(ScheduleError) as e:
+        io.load_schedule(path)
+    assert time.monotonic() - t0 < 1.0
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_load_schedule_refuses_a_fifo_and_deep_json(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="schedule JSON .*/fifo: is a FIFO, not a regular file"):
+        io.load_schedule(tmp_path / "fifo")
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match="deep.json: JSON nested too deep"):
+        io.load_schedule(tmp_path / "deep.json")

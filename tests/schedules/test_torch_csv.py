@@ -160,3 +160,32 @@ def test_missing_file_and_micro_batch_count(tmp_path):
         from_torch_csv((DATA / "zb1p_2rank_2stagep_compute.csv").read_text(), num_microbatches=4)
     with pytest.raises(ScheduleError, match="stage 0 has no F8"):
         from_torch_csv((DATA / "zb1p_2rank_2stagep_compute.csv").read_text(), num_microbatches=9)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("0F99999999999,0B99999999999\n", "rank 0 step 0: '0F99999999999': micro-batch index 99999999999 is past"),
+    ("0F" + "9" * 5000 + "\n", "micro-batch index of 5000 digits is past this tool's bound"),
+    ("".join(f"{s}F0\n" for s in range(3000)), "torch CSV: 3000 rows (ranks); number of stages must be <= 1024"),
+    ("0F0\n2000F0\n", "rank 1 step 0: '2000F0': stage index 2000 is past"),
+    ("".join(f"{s}F0,{s}B0\n" for s in range(299)) + "299F299,299B299\n",
+     "stages x micro-batches must be <= 65536, got 300 x 300"),
+    (",".join(["0F0"] * 600_000), "torch CSV: at least 600000 actions; at most 524288 are read"),
+    ("x" * 200_000 + "\n", "torch CSV: line 1: field larger than field limit"),
+])
+def test_csv_past_the_bounds_is_one_line_at_once(text, needle):
+    """Bounded before anything is built (issue 24): one line within a second."""
+    import time
+    t0 = time.monotonic()
+    with pytest.raises(ScheduleError) as e:
+        from_torch_csv(text)
+    assert time.monotonic() - t0 < 1.0
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_load_torch_csv_opens_only_regular_files(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "fifo.csv")
+    with pytest.raises(ScheduleError, match="torch CSV .*fifo.csv: is a FIFO, not a regular file"):
+        load_torch_csv(tmp_path / "fifo.csv")
+    with pytest.raises(ScheduleError, match="torch CSV /dev/zero: is a character device"):
+        load_torch_csv("/dev/zero")
