@@ -18,17 +18,19 @@ the flag, exit 2, nothing read and nothing written.
   generators apply to their arguments: a file's counts are read (a CSV's largest stage
   and micro-batch index, its rows) before anything is built from them, so
   `0F99999999999` or 10^12 declared micro-batches answer at once instead of looping.
-  (The loaders in schedules/ apply no bound of their own yet.)"""
+  The loaders in schedules/ (jsonio.read_json, io.load_schedule, torch_csv) apply the
+  same guards themselves for Python API users; these checks stay to answer before any
+  other work, naming the flag."""
 from __future__ import annotations
 
 import json
 import os
 import re
-import stat
 
 from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
+from schedules.jsonio import MAX_INT_DIGITS, file_kind as _kind
 
 OUTPUT_FLAGS = {"json": "--json", "gantt": "--gantt", "csv": "--csv", "trace": "--trace",
                 "torch_csv": "--torch-csv", "schedule_json": "--schedule-json"}
@@ -39,20 +41,6 @@ JSON_INPUTS = ("plan", "schedule", "from_schedule", "costs", "calibration", "pro
 PIPELINE_FILES = ("plan", "schedule", "from_schedule", "from_torch_csv")
 _CSV_NUMBERS = re.compile(r"(\d+)[A-Z_]+(\d+)")
 MAX_JSON_DEPTH = 1000
-MAX_INT_DIGITS = 1000
-KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-         (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
-
-
-def _kind(path: str) -> str | None:
-    """What `path` is when it exists and is not a regular file (through symlinks)."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None                 # absent (or unreadable): the command's own check answers
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in KINDS if test(mode)), "not a regular file")
 
 
 def check_files(args) -> None:
