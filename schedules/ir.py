@@ -167,6 +167,9 @@ class Schedule:
         if len(where) != p or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in where):
             raise ScheduleError(f"schedule {self.name!r}: stage_to_device must hold {p} device indices >= 0, "
                                 f"got {self.stage_to_device!r}")
+        if max(where) >= p:            # before range(devices): [0, 10**9] would take gigabytes
+            raise ScheduleError(f"schedule {self.name!r}: stage_to_device names device {max(where)}, but "
+                                f"{p} stages run on at most {p} devices")
         devices = max(where) + 1
         idle = sorted(set(range(devices)) - set(where))
         if idle:

@@ -47,6 +47,7 @@ def test_one_stage_per_device_keeps_one_canonical_form():
 @pytest.mark.parametrize("kwargs,needle", [
     ({"stage_to_device": (0, 0, 2)}, "device 1 runs no stage"),
     ({"stage_to_device": (0, 1)}, "must hold 3 device indices"),
+    ({"stage_to_device": (0, 1, 10 ** 9)}, "names device 1000000000, but 3 stages run on at most 3 devices"),
     ({"device_rows": ((Action(1, Kind.F, 0),), ())}, "listed on device 0"),
     ({"device_rows": ((Action(5, Kind.F, 0),), ())}, "names stage 5"),
     ({"device_rows": ((),)}, "1 device rows for 2 devices"),
