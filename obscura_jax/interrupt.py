@@ -36,9 +36,30 @@ def install() -> None:
 
 
 def _unraisable(info) -> None:
-    """A dropped KeyboardInterrupt is already remembered: no 'Exception ignored' block."""
-    if not issubclass(info.exc_type, KeyboardInterrupt):
+    """A dropped KeyboardInterrupt (raised in a callback Python cannot propagate from,
+    such as JAX's garbage-collection hook, which runs at any allocation: `plan` ran on
+    to the end and replaced its output, 3 moments of 17) is sent again, to land where
+    it can be raised; no 'Exception ignored' block."""
+    if issubclass(info.exc_type, KeyboardInterrupt):
+        _send_again_soon()
+    else:
         sys.__unraisablehook__(info)
+
+
+def _send_again_soon() -> None:
+    """SIGINT again from a helper thread (one at a time) once the main thread has left
+    this hook (an interrupt raised inside it is dropped too): the handler then runs at
+    the main thread's next safe point."""
+    if not _resend.acquire(blocking=False):
+        return
+    main = threading.main_thread().ident
+
+    def again() -> None:
+        while _in_code(sys._current_frames().get(main), (_unraisable.__code__,)):
+            time.sleep(0.005)
+        _resend.release()
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=again, daemon=True, name="ctrl-c after a dropped interrupt").start()
 
 
 def _excepthook(exc_type, exc, tb) -> None:
@@ -63,8 +84,13 @@ _EXTENSION_INIT = (ExtensionFileLoader.create_module.__code__, ExtensionFileLoad
 def in_extension_init(frame) -> bool:
     """Whether `frame` (or a caller of it) is an extension module being created or
     executed: Python code a C extension calls while it is imported."""
+    return _in_code(frame, _EXTENSION_INIT)
+
+
+def _in_code(frame, codes) -> bool:
+    """Whether `frame` or one of its callers runs one of `codes`."""
     while frame is not None:
-        if frame.f_code in _EXTENSION_INIT:
+        if frame.f_code in codes:
             return True
         frame = frame.f_back
     return False

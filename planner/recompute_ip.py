@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -315,7 +316,37 @@ def _solved(solver, model):
     this module's bug, not an infeasible limit: it raises."""
     from ortools.sat.python import cp_model  # lazy: as in solve()
 
-    status = solver.solve(model)
+    status = _solve_interruptibly(solver, model)
     if status == cp_model.MODEL_INVALID:
         raise AssertionError(f"recompute IP: CP-SAT rejects the model: {model.validate()}")
     return status if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+
+
+def _solve_interruptibly(solver, model):
+    """solver.solve(model), with Ctrl-C honoured at once: CP-SAT's own SIGINT
+    handler (catch_sigint_signal, on by default) would end the search quietly and the
+    plan would go on, and Python's handler cannot run while the native solve holds
+    the main thread. So the solve runs in a helper thread (it releases the GIL), the
+    main thread waits where KeyboardInterrupt can land, and an interrupt stops the
+    search before it propagates."""
+    solver.parameters.catch_sigint_signal = False
+    result: list = []
+    done = threading.Event()    # not Thread.join: an interrupted join marks a running thread
+                                # stopped (CPython 3.11, bpo-45274), and a later join returns at once
+
+    def run():
+        try:
+            result.append(solver.solve(model))
+        finally:
+            done.set()
+    worker = threading.Thread(target=run, daemon=True, name="obscura-cp-sat")
+    try:
+        worker.start()      # inside: an interrupt may land while the thread starts
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt:
+        solver.stop_search()
+        if worker.ident is not None:
+            done.wait()
+        raise
+    return result[0]

@@ -119,3 +119,44 @@ def test_a_long_pipeline_is_solved_not_called_infeasible():
     assert sol is not None and sol.status == "OPTIMAL"
     full_t0 = score_closed_form(pr, [frozenset({FULL})] * 24)[1]
     assert sol.iteration_time <= full_t0 * (1 + 1e-6)
+
+
+def test_ctrl_c_stops_the_native_solve_and_propagates():
+    """Ctrl-C during a CP-SAT solve: CP-SAT's own SIGINT handler would end the search
+    quietly and the plan would go on; here it stops the search and raises."""
+    import _thread
+    import signal
+    import threading
+
+    from ortools.sat.python import cp_model
+
+    from planner.recompute_ip import _solve_interruptibly
+    rng = random.Random(0)
+    model = cp_model.CpModel()   # a hard model: 60 items, 12 knapsacks, equal-ish weights
+    xs = [[model.new_bool_var(f"x{i}_{k}") for k in range(12)] for i in range(60)]
+    weights = [rng.randint(900, 1100) for _ in range(60)]
+    for x in xs:
+        model.add(sum(x) == 1)
+    loads = [sum(w * x[k] for w, x in zip(weights, xs)) for k in range(12)]
+    top = model.new_int_var(0, sum(weights), "top")
+    for load in loads:
+        model.add(top >= load)
+    model.minimize(top)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.max_time_in_seconds = 300
+    started = threading.Event()
+    solver_thread_seen = []
+
+    def interrupt_once_solving():
+        # the solve runs in its own thread: interrupt once it is there
+        while not any(t.name == "obscura-cp-sat" for t in threading.enumerate()):
+            started.wait(0.01)
+        solver_thread_seen.append(True)
+        _thread.interrupt_main(signal.SIGINT)
+    threading.Thread(target=interrupt_once_solving, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        _solve_interruptibly(solver, model)
+    assert solver_thread_seen
+    # the solve has returned (its response exists) and stopped early, not at its 300 s limit
+    assert solver.wall_time < 200
