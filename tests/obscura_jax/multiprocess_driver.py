@@ -14,15 +14,20 @@ import sys
 from obscura_jax.distributed import gather_params, run_distributed
 from obscura_jax.launch import process_spec
 from obscura_jax.placement import place_across_processes
+from obscura_jax.summary import summarize
 from obscura_jax.trainer import train
 from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 
-def body(group, out: str, cases) -> int:
+def body(group, out: str, cases, measured: int) -> int:
+    """Cases from index `measured` on take `obscura train`'s default path: measured
+    costs, the measured timeline and the summary built from them."""
     offsets = group.gather("clock-offsets", group.clock_offset)
     for i, (model, schedule, kw) in enumerate(cases):
-        outcome = train(run_config(model, schedule, **kw), lambda p: place_across_processes(p, "cpu"),
-                        log=lambda *_: None, group=group)
+        outcome = train(run_config(model, schedule, measured=i >= measured, **kw),
+                        lambda p: place_across_processes(p, "cpu"), log=lambda *_: None, group=group)
+        if i >= measured:
+            summarize(outcome)
         params = gather_params(outcome, group)
         stages = [d.process_index for d in outcome.pipeline.placement.devices]
         if group.is_leader:
@@ -37,7 +42,7 @@ def main(argv: list[str]) -> int:
     out, per_process = argv[0], int(argv[1])
     cases = [("llama2-tiny", n, k) for n, k in CASES] + (MP_ZOO_CASES if argv[2:] == ["zoo"] else [])
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
-    return run_distributed(spec, lambda group: body(group, out, cases))
+    return run_distributed(spec, lambda group: body(group, out, cases, len(CASES)))
 
 
 if __name__ == "__main__":

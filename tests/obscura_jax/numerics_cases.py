@@ -33,6 +33,10 @@ ZOO_CASES = [
     ("zb-v", {}),
     ("obscura-interleaved", {"adjusted": 1}),
     ("obscura-zb-h1", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),
+    ("zb-h1-capped", {}),
+    ("interleaved-zb", {}),
+    ("looped-bfs", {}),
+    ("obscura-interleaved-zb", {"adjusted": 1}),
 ]
 ZOO_IDS = [f"{n}-{k}" for n, k in ZOO_CASES]
 # Across 4 processes, (model, schedule, kw), in one launch: every zoo schedule on both models
@@ -40,9 +44,11 @@ MP_ZOO_CASES = [(model, n, k) for model in ("llama2-tiny", "gpt3-tiny") for n, k
 MP_ZOO_IDS = [f"{model}-{n}-{k}" for model, n, k in MP_ZOO_CASES]
 
 
-def run_config(model, schedule, **kw):
+def run_config(model, schedule, measured: bool = False, **kw):
+    """`measured`: the path `obscura train` takes by default (costs measured, the
+    measured timeline and its summary), else both switched off to save time."""
     return RunConfig(model=model, stages=P, microbatches=M, schedule=schedule, steps=STEPS, seed=0,
-                     micro_batch_size=B, seq_len=T, measure_costs=False, record_timeline=False, **kw)
+                     micro_batch_size=B, seq_len=T, measure_costs=measured, record_timeline=measured, **kw)
 
 
 def make_reference(model):
