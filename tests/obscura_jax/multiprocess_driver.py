@@ -20,6 +20,7 @@ from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 def body(group, out: str, cases) -> int:
     offsets = group.gather("clock-offsets", group.clock_offset)
+    errors = group.gather("clock-offset-errors", group.clock_offset_error)
     for i, (model, schedule, kw) in enumerate(cases):
         outcome = train(run_config(model, schedule, **kw), lambda p: place_across_processes(p, "cpu"),
                         log=lambda *_: None, group=group)
@@ -29,7 +30,7 @@ def body(group, out: str, cases) -> int:
             with open(os.path.join(out, f"case{i}.pkl"), "wb") as f:
                 pickle.dump({"losses": [s.loss for s in outcome.steps], "params": params,
                              "stage_process": stages, "swap_bytes": outcome.swap_counters.get("bytes_out", 0),
-                             "offsets": offsets}, f)
+                             "offsets": offsets, "offset_errors": errors}, f)
     return 0
 
 
