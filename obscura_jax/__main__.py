@@ -6,7 +6,6 @@ import os
 from obscura_jax import interrupt
 
 interrupt.install()
-interrupt.announce_ready()    # only with OBSCURA_TEST_READY_FD (tests)
 
 
 def _interrupted() -> None:
@@ -16,19 +15,17 @@ def _interrupted() -> None:
     os._exit(130)
 
 
-try:
-    from obscura_jax.cli import entry
-except BaseException:
-    if interrupt.requested():     # KeyboardInterrupt, or an import error it caused
-        _interrupted()
-    raise
-
-
 def main() -> None:
     try:
+        interrupt.announce_ready()    # only with OBSCURA_TEST_READY_FD (tests): from here on, 130 and one line
+        from obscura_jax.cli import entry  # lazy: after the handler and inside this try (see above)
         entry()
     except KeyboardInterrupt:
         _interrupted()
+    except ImportError:
+        if interrupt.requested():     # an import that Ctrl-C cut short
+            _interrupted()
+        raise
 
 
 if __name__ == "__main__":

@@ -49,6 +49,16 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(phase, delay, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_announce_ready_writes_once_and_hides_the_descriptor_from_children(monkeypatch):
+    r, w = os.pipe()
+    monkeypatch.setenv(interrupt.ENV_READY_FD, str(w))
+    interrupt.announce_ready()
+    assert os.read(r, 16) == b"ready\n" and os.read(r, 16) == b""     # written, then closed
+    os.close(r)
+    assert interrupt.ENV_READY_FD not in os.environ                   # a child would not write to fd w
+    interrupt.announce_ready()                                         # without the variable: nothing
+
+
 def test_not_installed_nothing_is_requested():
     # library use (pytest here): the flag is only set by the entry point's handler
     assert not interrupt.requested()
