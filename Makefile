@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test install clean
+.PHONY: demo test test-long test-gpu test-busy install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,24 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/obscura compare --demo --out demo_out
 
+# The whole suite on 2 workers; GPU-marked tests skip without a GPU; hypothesis's quick profile.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The same with hypothesis's thorough profile (10x the examples: tests/conftest.py, tests/budget.py).
+test-long: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -n 2 --dist loadfile
+
+# Only the GPU tier (tests/gpu/ and any test marked gpu): skips cleanly without a GPU;
+# none collected (pytest's exit 5) is said, not an error.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-gpu: no gpu tests collected"; else exit $$rc; fi
+
+# The suite beside 6 CPU-burning processes it starts and stops (scripts/busy_load.py):
+# no verdict may depend on the machine's speed.
+test-busy: $(STAMP)
+	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -10,9 +10,11 @@ The command line does the same: `obscura profile`, `obscura plan`, `obscura trai
 
     python examples/profile_plan_train.py [--out DIR]
 
-Exits 0 only if the plan adjusts a stage (or is a baseline the planner ranked faster
-that also fits), its predicted peaks are never below what the run counts, and the
-losses equal the unpipelined model's (rtol 1e-5).
+Exits 0 only if the plan fits the limit, its predicted peaks are never below what
+the run counts, and the losses equal the unpipelined model's (rtol 1e-5): what holds
+for any measured costs. Which plan wins is not checked: it follows this machine's
+times (under load, a baseline that adjusts nothing can simulate fastest). A plan
+that must adjust stages is made from a committed profile in examples/custom_model.py.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     save_profile(prof, out / "profile.json")
     print(f"profiled {prof.model} in {run.seconds:.1f} s on {prof.device}")
 
-    need_1f1b = max(st.predicted_peak_bytes for st in make_plan(prof, P, M, 10**12).stages)
+    need_1f1b = max(st.predicted_peak_bytes for st in make_plan(prof, P, M, 10**12, families=False).stages)
     floor = smallest_feasible_limit(prof, P, M)                  # the least any plan needs
     limit = int(floor + 0.3 * (need_1f1b - floor))
     found = plan_search(prof, P, M, limit, profile_path=out / "profile.json")
@@ -49,10 +51,7 @@ def main(argv=None) -> int:
     print(f"plan under {limit} B (1F1B needs {need_1f1b} B, the least any plan {floor} B): "
           f"{plan.schedule} (from {found.source}), adjusted {list(plan.adjusted_stages)}, "
           f"recompute {[list(st.recompute) for st in plan.stages]}")
-    # The search's own answer adjusts stages (1F1B does not fit); a baseline that also
-    # fits is handed out instead when the simulator ranks it faster, which on this
-    # CPU's noisy measured times DAPPLE+ (layer) sometimes is.
-    planned = bool(plan.adjusted_stages) or found.source != "search"
+    fits = all(st.predicted_peak_bytes <= limit for st in plan.stages)
 
     result = obscura_jax.train(obscura_jax.RunConfig(plan=str(out / "plan.json"), model="llama2-tiny", steps=2,
                                                      micro_batch_size=MB, seq_len=SEQ, cost_reps=1),
@@ -60,8 +59,8 @@ def main(argv=None) -> int:
     print(result.report())
     never_under = all(st["planned_vs_measured_bytes"] >= 0 for st in result.summary["stages"])
     check = result.check()
-    ok = planned and never_under and check["equal"]
-    print(f"adjusted stages {list(plan.adjusted_stages)} ({found.source}); "
+    ok = fits and never_under and check["equal"]
+    print(f"fits the limit: {fits}; adjusted stages {list(plan.adjusted_stages)} ({found.source}); "
           f"predicted peaks never under the run's count: "
           f"{never_under}; losses equal to the unpipelined model: {check['equal']} -> {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1

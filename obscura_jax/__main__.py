@@ -1,15 +1,31 @@
 """`python -m obscura_jax` and the `obscura` script. Ctrl-C is handled from the first
 line on (obscura_jax.interrupt), before the command line's imports: an import cut short
-is an interrupt too."""
+is an interrupt too, with the same line and exit code (130) as one during a command."""
+import os
+
 from obscura_jax import interrupt
 
 interrupt.install()
 
-from obscura_jax.cli import entry  # noqa: E402  (after the handler, see above)
+
+def _interrupted() -> None:
+    """Ctrl-C before the command line's own handling took over (its imports, entry's
+    first lines): uncaught there, the interpreter would kill itself silently (-SIGINT)."""
+    os.write(2, b"obscura: interrupted\n")
+    os._exit(130)
 
 
 def main() -> None:
-    entry()
+    try:
+        interrupt.announce_ready()    # only with OBSCURA_TEST_READY_FD (tests): from here on, 130 and one line
+        from obscura_jax.cli import entry  # lazy: after the handler and inside this try (see above)
+        entry()
+    except KeyboardInterrupt:
+        _interrupted()
+    except ImportError:
+        if interrupt.requested():     # an import that Ctrl-C cut short
+            _interrupted()
+        raise
 
 
 if __name__ == "__main__":

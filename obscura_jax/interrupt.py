@@ -15,6 +15,11 @@ the handler raises then.
 
 Installed only by the process entry point (obscura_jax/__main__.py, before the command
 line's imports): library users keep their own SIGINT handling.
+
+A test that sends Ctrl-C waits until the handler is there (the interpreter's own
+start-up comes before it, and no handler covers that): with OBSCURA_TEST_READY_FD=N,
+a pipe's write end the test passed, the entry point writes "ready" to N once
+install() has run (announce_ready).
 """
 from __future__ import annotations
 
@@ -33,6 +38,23 @@ def install() -> None:
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _unraisable
     sys.excepthook = _excepthook
+
+
+ENV_READY_FD = "OBSCURA_TEST_READY_FD"    # test hook: a descriptor told "ready\n" after install()
+
+
+def announce_ready() -> None:
+    """Write "ready" to the descriptor OBSCURA_TEST_READY_FD names and close it. The
+    variable is removed first, so no process this one starts writes to a descriptor
+    of that number (it would be another file there)."""
+    fd = os.environ.pop(ENV_READY_FD, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"ready\n")
+        os.close(int(fd))
+    except (OSError, ValueError):
+        pass
 
 
 def _unraisable(info) -> None:

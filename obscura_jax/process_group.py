@@ -17,6 +17,7 @@ class ProcessGroup:
     rank = 0
     size = 1
     clock_offset = 0.0           # seconds to add to this process's perf_counter to get process 0's
+    clock_offset_error = 0.0     # its bound: half the round trip it was measured over
 
     @property
     def is_leader(self) -> bool:

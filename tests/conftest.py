@@ -1,6 +1,8 @@
 """Emulate 8 CPU devices before any test imports JAX, with one compilation cache for
-the run; skip GPU tests without a GPU."""
+the run; the hypothesis profiles (quick by default); tests under tests/gpu/ are marked
+gpu (`make test-gpu` runs `pytest -m gpu`), and gpu tests skip without a GPU."""
 import os
+from pathlib import Path
 
 # LLVM's backend optimisation is most of XLA's CPU compile time, and the suite compiles
 # far more than it runs: tests compile at level 0 (same math, pipelined and reference alike)
@@ -26,6 +28,17 @@ def _share_compiled_programs() -> None:
 _share_compiled_programs()
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Hypothesis profiles: "quick" for make test (the default), "thorough" for make
+# test-long (HYPOTHESIS_PROFILE=thorough, or pytest's --hypothesis-profile thorough).
+# A test's own max_examples is its quick count; tests/budget.py's examples(n) scales
+# it by the loaded profile (x10 in thorough). No deadline: a busy machine is not a bug.
+settings.register_profile("quick", max_examples=100, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=1000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
 def pytest_unconfigure(config):
@@ -43,8 +56,15 @@ def _has_gpu() -> bool:
         return False
 
 
+GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every test there is marked gpu
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m gpu` selects: it sees the marks added here
 def pytest_collection_modifyitems(config, items):
-    gpu_items = [i for i in items if "gpu" in i.keywords]
+    for item in items:
+        if GPU_TESTS in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.gpu)
+    gpu_items = [i for i in items if i.get_closest_marker("gpu")]
     if gpu_items and not _has_gpu():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in gpu_items:

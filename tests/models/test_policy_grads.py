@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import models
 from tests.models.plain_reference import plain_loss
+from tests.budget import examples
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -46,7 +47,7 @@ def test_presets_give_reference_loss_and_grads(tiny, reference, preset):
     _assert_same(_loss_and_grads(tiny, preset), reference)
 
 
-@settings(max_examples=2, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(data=st.data())
 def test_random_op_sets_give_reference_loss_and_grads(tiny, reference, data):
     ops = models.ops_for(tiny[0].family)

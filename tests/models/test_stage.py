@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import models
+from tests.budget import examples
 
 POLICIES = ("none", "cmb", "full", "mlp", "selective")
 
@@ -55,7 +56,7 @@ def test_even_partitions_compose_to_the_model(tiny, whole_model, num_stages):
     _check(tiny, whole_model, ranges, [POLICIES[i % len(POLICIES)] for i in range(num_stages)])
 
 
-@settings(max_examples=2, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(data=st.data())
 def test_random_partitions_compose_to_the_model(tiny, whole_model, data):
     n = tiny[0].num_units

@@ -1,9 +1,12 @@
 """Running the `obscura` command line with several local processes from a test:
 bounded in time (the launcher's process group is killed on timeout; its children
-die with it), output lines kept with the time they arrived."""
+die with it), output lines kept with the time they arrived. And starting one
+`obscura` process that a test will interrupt: `start_ready` returns once its Ctrl-C
+handler is installed, so a signal never lands in the interpreter's own start-up."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -22,17 +25,23 @@ class Launched:
     proc: subprocess.Popen
     started: float
     lines: list = field(default_factory=list)      # (seconds since start, line)
+    reader: threading.Thread | None = None
 
     def text(self) -> str:
         return "".join(line for _, line in self.lines)
 
     def wait(self, timeout: float) -> int:
+        """The launcher's exit status, once it and the reader of its output are done
+        (the reader ends when every process holding the pipe has exited)."""
         try:
-            return self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             raise AssertionError(f"launcher still running after {timeout:.0f} s:\n{self.text()[-3000:]}")
+        if self.reader is not None:
+            self.reader.join(60)
+        return rc
 
     def pids(self) -> list[int]:
         """The children's pids, from the launcher's first line."""
@@ -67,12 +76,33 @@ def launch(args: list[str], env: dict | None = None) -> Launched:
     def read():
         for line in proc.stdout:
             run.lines.append((time.monotonic() - run.started, line))
-    threading.Thread(target=read, daemon=True).start()
+    run.reader = threading.Thread(target=read, daemon=True)
+    run.reader.start()
     return run
 
 
 def run(args: list[str], timeout: float, env: dict | None = None) -> tuple[int, str]:
     launched = launch(args, env)
-    rc = launched.wait(timeout)
-    time.sleep(0.1)          # the reader's last lines
+    rc = launched.wait(timeout)          # with the reader's last lines
     return rc, launched.text()
+
+
+def start_ready(args: list[str], timeout: float = 120, **popen) -> tuple[subprocess.Popen, float]:
+    """`python -m obscura_jax ARGS` in its own session, returned once it reports its
+    Ctrl-C handler installed (obscura_jax.interrupt.announce_ready, through a pipe),
+    with the monotonic time it did; killed, and the test failed, if it does not within
+    `timeout` seconds (a bound for a box at any load, not a measurement)."""
+    r, w = os.pipe()
+    env = dict(popen.pop("env", None) or os.environ, OBSCURA_TEST_READY_FD=str(w))
+    proc = subprocess.Popen([sys.executable, "-m", "obscura_jax", *args], cwd=ROOT, pass_fds=(w,), env=env,
+                            start_new_session=True, **popen)
+    os.close(w)
+    try:
+        said = os.read(r, 16) if select.select([r], [], [], timeout)[0] else b""
+    finally:
+        os.close(r)
+    if said != b"ready\n":
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"no readiness line within {timeout:.0f} s (read {said!r}):\n{(err or '')[-2000:]}")
+    return proc, time.monotonic()

@@ -23,6 +23,7 @@ def body(group, out: str, cases, measured: int) -> int:
     """Cases from index `measured` on take `obscura train`'s default path: measured
     costs, the measured timeline and the summary built from them."""
     offsets = group.gather("clock-offsets", group.clock_offset)
+    errors = group.gather("clock-offset-errors", group.clock_offset_error)
     for i, (model, schedule, kw) in enumerate(cases):
         outcome = train(run_config(model, schedule, measured=i >= measured, **kw),
                         lambda p: place_across_processes(p, "cpu"), log=lambda *_: None, group=group)
@@ -34,7 +35,7 @@ def body(group, out: str, cases, measured: int) -> int:
             with open(os.path.join(out, f"case{i}.pkl"), "wb") as f:
                 pickle.dump({"losses": [s.loss for s in outcome.steps], "params": params,
                              "stage_process": stages, "swap_bytes": outcome.swap_counters.get("bytes_out", 0),
-                             "offsets": offsets}, f)
+                             "offsets": offsets, "offset_errors": errors}, f)
     return 0
 
 

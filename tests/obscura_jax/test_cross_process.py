@@ -89,8 +89,12 @@ def check_results(results: dict, references: dict, stage_process, cases: dict) -
         if kw.get("swap_fraction"):
             assert res["swap_bytes"] > 0, case
         assert_params_match(res["params"], ref_params, ref_grads, run_config(model, "1f1b", **kw), cfg, case)
-    offsets = next(iter(results.values()))["offsets"]
-    assert offsets[0] == 0.0 and all(abs(o) < 0.05 for o in offsets)   # one host: the true offset is 0
+    # one host: the true offset is 0, so each estimate is within its own error bound (half
+    # its round trip: how long that is depends on the machine's load, the bound does not)
+    first = next(iter(results.values()))
+    offsets, errors = first["offsets"], first["offset_errors"]
+    assert offsets[0] == 0.0, offsets
+    assert all(abs(o) <= e + 1e-9 for o, e in zip(offsets, errors, strict=True)), (offsets, errors)
 
 
 PLAIN = {i: ("llama2-tiny", n, k) for i, (n, k) in zip(IDS, CASES)}

@@ -7,9 +7,10 @@ from hypothesis import strategies as st
 
 from obscura_jax.stage_program import Residuals
 from obscura_jax.swap import HostSwap, choose_leaves, host_memory_supported
+from tests.budget import examples
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(0, 10_000), min_size=0, max_size=12), st.floats(0.0, 1.0))
 def test_choose_leaves_takes_largest_whole_leaves_until_fraction(sizes, fraction):
     chosen = choose_leaves(tuple(sizes), fraction)

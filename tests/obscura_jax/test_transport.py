@@ -33,7 +33,7 @@ def test_a_failing_thread_wakes_the_waiting_ones_and_its_error_wins():
 
     t0 = time.monotonic()
     error = run_threads([lambda: box.take("never"), fails, lambda: box.take("nor this")], stop)
-    assert isinstance(error, KeyError) and time.monotonic() - t0 < 5
+    assert isinstance(error, KeyError) and time.monotonic() - t0 < 60    # unwoken, they would wait forever
     with pytest.raises(StepAborted):
         box.take("after abort")
 
@@ -47,6 +47,6 @@ def test_no_error_returns_none():
 def test_a_thread_that_cannot_be_woken_does_not_hold_the_error_back():
     stuck = threading.Event()
     t0 = time.monotonic()
-    error = run_threads([lambda: stuck.wait(30), lambda: 1 / 0], lambda: None, grace=0.2)
-    assert isinstance(error, ZeroDivisionError) and time.monotonic() - t0 < 5
+    error = run_threads([lambda: stuck.wait(300), lambda: 1 / 0], lambda: None, grace=0.2)
+    assert isinstance(error, ZeroDivisionError) and time.monotonic() - t0 < 60    # not the stuck one's 300 s
     stuck.set()

@@ -14,6 +14,7 @@ from planner.plan import load_plan, make_plan, plan_from_json, save_plan
 from planner.plan_meta import PlanSource, mismatches, scale_partition, source_from_json
 from planner.profile import save_profile
 from tests.planner.synthetic import synthetic_profile
+from tests.budget import examples
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def test_scale_partition_maps_the_28b_plan_onto_llama2_tiny():
         scale_partition(plan, 6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=12), st.integers(1, 200))
 def test_scale_partition_tiles_any_target(sizes, units):
     bounds = [0]

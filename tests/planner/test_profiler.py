@@ -66,7 +66,7 @@ def test_the_injected_timer_prices_every_unit():
 def measured(tmp_path_factory):
     path = tmp_path_factory.mktemp("e2e") / "tiny.json"
     assert main(["profile", "--model", "llama2-tiny", "--seq-len", "64", "--micro-batch", "2",
-                 "--reps", "2", "--json", str(path)]) == 0
+                 "--reps", "1", "--json", str(path)]) == 0   # bytes are what is checked; any times do
     return path, load_profile(path)
 
 

@@ -15,6 +15,7 @@ from schedules import (SCHEDULES, Kind, ScheduleError, StageCosts, generate, io,
 from schedules.generators import CHUNKED, model_stages
 from schedules.generators.common import resolve_adjusted, warmup_count
 from tests.schedules.helpers import corrupt, longest_path_times
+from tests.budget import examples
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -63,7 +64,7 @@ def instances(draw, names=tuple(SCHEDULES)):
     return name, p, m, kw
 
 
-@settings(max_examples=600, **SETTINGS)
+@settings(max_examples=examples(600), **SETTINGS)
 @given(instances())
 def test_generated_schedules_validate_and_simulate_exactly(inst):
     name, p, m, kw = inst
@@ -107,7 +108,7 @@ def test_generated_schedules_validate_and_simulate_exactly(inst):
             assert pos[a] > pos[backward[(a.stage + 1, a.microbatch)]]
 
 
-@settings(max_examples=400, **SETTINGS)
+@settings(max_examples=examples(400), **SETTINGS)
 @given(instances(), st.sampled_from(["drop", "duplicate", "b_before_f"]),
        st.integers(0, 5), st.integers(0, 100))
 def test_corrupted_schedules_are_rejected_with_the_grid(inst, how, stage, pick):
@@ -123,7 +124,7 @@ def test_corrupted_schedules_are_rejected_with_the_grid(inst, how, stage, pick):
     assert any("[" in ln or "<-" in ln for ln in lines[2:])
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=examples(200), **SETTINGS)
 @given(instances(), st.integers(0, 5), st.integers(0, 100))
 def test_swapped_micro_batches_either_run_or_deadlock(inst, stage, pick):
     """No FIFO rule: two same-kind actions of a stage swapped make an order that is
@@ -146,7 +147,7 @@ def test_swapped_micro_batches_either_run_or_deadlock(inst, stage, pick):
     assert len(tl.ops) == sum(len(r) for r in other.rows)
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=examples(200), **SETTINGS)
 @given(st.integers(1, 6), st.integers(1, 16), st.data())
 def test_obscura_never_slower_or_fuller_than_strawman(p, m, data):
     k = data.draw(st.integers(0, p - 1))
