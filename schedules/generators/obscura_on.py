@@ -147,31 +147,28 @@ def obscura_zb_h1(num_stages: int, num_microbatches: int, *, adjusted="all", rec
 def obscura_interleaved(num_stages: int, num_microbatches: int, *, virtual_stages: int = 2, adjusted="all",
                         recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, warmup=None,
                         migrate: bool = False, costs: StageCosts | None = None) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    v = check_virtual_stages(virtual_stages)
-    base = interleaved(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
-                       recompute=recompute)
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v),
-                                "obscura-interleaved", warmup, migrate)
-    adj = base.adjusted_stages
-    where = base.stage_to_device
-    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
-    rec = base.stages[adj[0]].recompute if adj else ()
-    return assemble_devices("obscura-interleaved", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)
-
+    return _on_chunked("obscura-interleaved", interleaved, num_stages, num_microbatches, virtual_stages,
+                       adjusted, recompute, swap_blocks, swap_fraction, warmup, migrate, costs)
 
 
 def obscura_interleaved_zb(num_stages: int, num_microbatches: int, *, virtual_stages: int = 2, adjusted="all",
                            recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, warmup=None,
                            migrate: bool = False, costs: StageCosts | None = None) -> Schedule:
+    return _on_chunked("obscura-interleaved-zb", interleaved_zb, num_stages, num_microbatches, virtual_stages,
+                       adjusted, recompute, swap_blocks, swap_fraction, warmup, migrate, costs)
+
+
+def _on_chunked(name: str, generator, num_stages: int, num_microbatches: int, virtual_stages: int, adjusted,
+                recompute, swap_blocks, swap_fraction: float, warmup, migrate: bool,
+                costs: StageCosts | None) -> Schedule:
+    """Obscura's transformation on a chunked order (V model stages per device)."""
     p, m = check_sizes(num_stages, num_microbatches)
     v = check_virtual_stages(virtual_stages)
-    base = interleaved_zb(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
-                          recompute=recompute)
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v),
-                                "obscura-interleaved-zb", warmup, migrate)
+    base = generator(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
+                     recompute=recompute)
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v), name, warmup, migrate)
     adj = base.adjusted_stages
     where = base.stage_to_device
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     rec = base.stages[adj[0]].recompute if adj else ()
-    return assemble_devices("obscura-interleaved-zb", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)
+    return assemble_devices(name, m, add_swaps(rows, lam), where, adj, rec, swap_fraction)
