@@ -154,9 +154,14 @@ def test_ctrl_c_stops_the_native_solve_and_propagates():
             started.wait(0.01)
         solver_thread_seen.append(True)
         _thread.interrupt_main(signal.SIGINT)
-    threading.Thread(target=interrupt_once_solving, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        _solve_interruptibly(solver, model)
+    # Python's own SIGINT handler, as the CLI has it (a pytest-xdist worker ignores SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_solving, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            _solve_interruptibly(solver, model)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert solver_thread_seen
     # the solve has returned (its response exists) and stopped early, not at its 300 s limit
     assert solver.wall_time < 200
