@@ -59,9 +59,23 @@ def _check_gpt(cfg) -> None:
                                "num_kv_heads must equal num_heads")
 
 
+# Megatron's layout: q, k, v, gate and up by output columns (attention thus by
+# heads), attention out and MLP down by input rows, the head by vocabulary.
+LLAMA_TENSOR = {"attn": {"wq/kernel": "column", "wk/kernel": "column", "wv/kernel": "column",
+                         "wo/kernel": "row"},
+                "mlp": {"w_gate/kernel": "column", "w_up/kernel": "column", "w_down/kernel": "row"},
+                "head": {"w_out/kernel": "column"}}
+# gpt's fused qkv is stored q|k|v: its columns cut in T blocks do not fall on
+# head boundaries, so XLA regroups them by head (one reshuffle per layer).
+GPT_TENSOR = {"attn": {"w_qkv/kernel": "column", "w_qkv/bias": "column", "wo/kernel": "row"},
+              "mlp": {"w_up/kernel": "column", "w_up/bias": "column", "w_down/kernel": "row"},
+              "head": {"w_out/kernel": "column"}}
+
 register_family("llama", units={"embed": "models.llama:LlamaEmbed", "attn": "models.llama:LlamaAttention",
                                 "mlp": "models.llama:LlamaMlp", "head": "models.layers:Head"},
-                ops=LLAMA_KIND_OPS, presets=_presets(LLAMA_OPS), check=_check_llama)
+                ops=LLAMA_KIND_OPS, presets=_presets(LLAMA_OPS), check=_check_llama,
+                tensor_parallel=LLAMA_TENSOR)
 register_family("gpt", units={"embed": "models.gpt:GptEmbed", "attn": "models.gpt:GptAttention",
                               "mlp": "models.gpt:GptMlp", "head": "models.layers:Head"},
-                ops=GPT_KIND_OPS, presets=_presets(GPT_OPS), check=_check_gpt)
+                ops=GPT_KIND_OPS, presets=_presets(GPT_OPS), check=_check_gpt,
+                tensor_parallel=GPT_TENSOR)

@@ -9,7 +9,13 @@ A family is registered once, with
   presets  named recompute sets ("none" and "full" are always there: nothing /
            every op), e.g. {"cmb": [...], "selective": ["attn_core"]};
   check    optional: a function(cfg) -> None that raises ModelConfigError for a
-           config the family cannot build (e.g. an odd head dim under RoPE).
+           config the family cannot build (e.g. an odd head dim under RoPE);
+  tensor_parallel  optional: how its parameters shard over a tensor-parallel axis,
+           by unit kind: {kind: {"module/param": role}} with role "column" (the
+           output dim: q, k, v, gate, up, the vocab of the head; a bias too) or
+           "row" (the input dim: attention out, MLP down); every other parameter
+           is replicated (norms, row biases, embeddings). Without it a family
+           trains only at tensor-parallel 1 (models.tensor_parallel says why).
 Policies, model-info, the profiler, the planner and the engine ask this registry
 (ops_for, unit_ops, preset_ops, ...) instead of holding op lists of their own;
 Llama-2 and GPT-3 are two registrations (models/ops.py). Configs are registered by
@@ -47,6 +53,7 @@ class ModelFamily:
     kind_ops: tuple[tuple[str, tuple[str, ...]], ...]   # (kind, its ops in forward order)
     presets: tuple[tuple[str, frozenset[str]], ...]     # (name, op set), "none" and "full" first
     check: Callable | None = field(default=None, compare=False)
+    tensor_layout: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()   # (kind, ((path, role),))
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -89,6 +96,7 @@ _FAMILIES: dict[str, ModelFamily] = {}
 
 def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str, Sequence[str]],
                     presets: Mapping[str, Sequence[str]] | None = None, check: Callable | None = None,
+                    tensor_parallel: Mapping[str, Mapping[str, str]] | None = None,
                     replace: bool = False) -> ModelFamily:
     """Register a model family (see the module docstring); returns it. Re-registering a
     name with another definition is an error unless `replace`; the same definition
@@ -131,7 +139,7 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
             raise ModelConfigError(f"family {name!r}: units[{kind!r}] must be a module class or a "
                                    f"'module:Class' string, got {ref!r}")
     family = ModelFamily(name, tuple((k, units[k]) for k in UNIT_KINDS), tuple(kind_ops),
-                         tuple(preset_list), check)
+                         tuple(preset_list), check, _tensor_layout(name, tensor_parallel))
     old = _FAMILIES.get(name)
     if old is not None and not replace and _definition(old) != _definition(family):
         raise ModelConfigError(f"model family {name!r} is already registered with other units, ops or "
@@ -140,11 +148,31 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
     return family
 
 
+TENSOR_ROLES = ("column", "row")
+
+
+def _tensor_layout(name: str, given) -> tuple:
+    if given is None:
+        return ()
+    if not isinstance(given, Mapping) or not set(given) <= set(UNIT_KINDS):
+        raise ModelConfigError(f"family {name!r}: tensor_parallel must map unit kinds "
+                               f"({', '.join(UNIT_KINDS)}) to {{'module/param': role}}")
+    layout = []
+    for kind in UNIT_KINDS:
+        rules = given.get(kind, {})
+        bad = [(k, r) for k, r in rules.items() if not isinstance(k, str) or r not in TENSOR_ROLES]
+        if bad:
+            raise ModelConfigError(f"family {name!r}: tensor_parallel[{kind!r}][{bad[0][0]!r}] is "
+                                   f"{bad[0][1]!r}; roles are {', '.join(TENSOR_ROLES)}")
+        layout.append((kind, tuple(sorted(rules.items()))))
+    return tuple(layout)
+
+
 def _definition(family: ModelFamily) -> tuple:
     """What makes two registrations the same family: a module imported twice (as a
     script and by name) registers new class objects of the same names."""
     names = tuple((k, ref if isinstance(ref, str) else ref.__qualname__) for k, ref in family.units)
-    return names, family.kind_ops, family.presets
+    return names, family.kind_ops, family.presets, family.tensor_layout
 
 
 def family_names() -> tuple[str, ...]:

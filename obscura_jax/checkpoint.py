@@ -31,9 +31,9 @@ from obscura_jax.errors import RunError
 # Fields that must match between the checkpoint and the run resuming it. The
 # schedule may differ: every schedule computes the same math.
 IDENTITY_FIELDS = ("model", "stages", "processes", "units", "seed", "data", "data_dtype", "micro_batch_size",
-                   "seq_len", "microbatches", "compute_dtype", "param_dtype", "optimizer")
+                   "seq_len", "microbatches", "compute_dtype", "param_dtype", "optimizer", "layout")
 # What checkpoints written before a field existed mean by it.
-IDENTITY_DEFAULTS = {"processes": 1}
+IDENTITY_DEFAULTS = {"processes": 1, "layout": {"data": 1, "tensor": 1}}
 
 
 def open_checkpointer(directory, resume: bool, group):
@@ -100,6 +100,8 @@ def check_identity(directory, saved: dict, identity: dict) -> None:
             have = len(saved.get("units", []))
         if have != want:
             what = {"processes": "process count", "stages": "stage count"}.get(key, key)
+            if key == "layout":
+                have, want = (f"{v['data']} data x {v['tensor']} tensor" for v in (have, want))
             raise RunError(f"cannot resume {directory}: checkpoint has {what} {have!r}, this run has {want!r}")
 
 

@@ -41,8 +41,8 @@ from obscura_jax.transport import Mailbox, Transport
 
 class CrossProcessTransport(Transport):
     def __init__(self, stage_devices, boundary_specs, boundary_bytes, rank: int, *,
-                 swap_for_test: bool = False):
-        super().__init__(stage_devices, boundary_bytes)
+                 swap_for_test: bool = False, shardings=None):
+        super().__init__(stage_devices, boundary_bytes, shardings)
         self.rank = rank
         self.process_of = [d.process_index for d in self.stage_devices]
         self.specs = list(boundary_specs)
@@ -86,8 +86,8 @@ class CrossProcessTransport(Transport):
 
     def _placeholder(self, stage: int, spec):
         """Stands for an array on another process's device: shape and dtype only."""
-        sharding = jax.sharding.SingleDeviceSharding(self.stage_devices[stage])
-        return jax.make_array_from_single_device_arrays(spec.shape, sharding, [], dtype=spec.dtype)
+        return jax.make_array_from_single_device_arrays(spec.shape, self._shardings[stage], [],
+                                                        dtype=spec.dtype)
 
     def _put(self, value, src: int, dst: int, spec):
         """One cross-process device_put from stage src's device to stage dst's: every
@@ -121,13 +121,15 @@ class CrossProcessTransport(Transport):
         pairs = sorted({(m.src, m.dst) for m in self.plan},
                        key=lambda sd: (self.process_of[sd[0]], self.process_of[sd[1]], sd))
         seen = set()
-        tiny = jax.ShapeDtypeStruct((1,), jax.numpy.float32)
         for src, dst in pairs:
             key = (self.process_of[src], self.process_of[dst])
             if key in seen:
                 continue
             seen.add(key)
-            x = jax.device_put(jax.numpy.zeros(1), self._shardings[src]) if self.is_local(src) else None
+            # one row per data shard on both sides (a stage mesh splits dim 0 over data)
+            n = _data_size(self._shardings[src]) * _data_size(self._shardings[dst])
+            tiny = jax.ShapeDtypeStruct((n,), jax.numpy.float32)
+            x = jax.device_put(jax.numpy.zeros(n), self._shardings[src]) if self.is_local(src) else None
             y = self._put(x, src, dst, tiny)
             if self.is_local(dst):
                 y.block_until_ready()
@@ -149,3 +151,15 @@ class CrossProcessTransport(Transport):
                 if i:
                     times.append((time.perf_counter() - start) / 2)
         return statistics.median(times) if times else None
+
+
+def _data_size(sharding) -> int:
+    """How many ways `sharding` splits dim 0 (1 on one device)."""
+    spec = getattr(sharding, "spec", None)
+    if not spec or spec[0] is None:
+        return 1
+    axes = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
+    size = 1
+    for a in axes:
+        size *= sharding.mesh.shape[a]
+    return size

@@ -74,10 +74,11 @@ class DistributedGroup(ProcessGroup):
     def owns(self, device) -> bool:
         return device.process_index == self.rank
 
-    def transport(self, stage_devices, boundary_specs, boundary_bytes):
+    def transport(self, stage_devices, boundary_specs, boundary_bytes, shardings=None):
         from obscura_jax.cross_process import CrossProcessTransport  # lazy: starts JAX's transfer path
         self._transport = CrossProcessTransport(stage_devices, boundary_specs, boundary_bytes, self.rank,
-                                                swap_for_test=self.spec.swap_transfers_for_test)
+                                                swap_for_test=self.spec.swap_transfers_for_test,
+                                                shardings=shardings)
         return self._transport
 
     def waiting_on(self) -> str:

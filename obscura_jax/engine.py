@@ -23,6 +23,7 @@ from obscura_jax.errors import RunError
 from obscura_jax.executor import PipelineExecutor, StageState
 from obscura_jax.placement import Placement
 from obscura_jax.process_group import SINGLE, ProcessGroup
+from obscura_jax.stage_mesh import StageMesh, single
 from obscura_jax.stage_program import StageProgram
 from obscura_jax.swap import HostSwap, host_memory_supported
 from planner.costs import check_partition
@@ -49,19 +50,21 @@ def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]
 
 
 @functools.lru_cache(maxsize=64)
-def build_program(cfg, unit_range, policy, device, shape: BatchShape, split: bool = False) -> StageProgram:
-    """Compiled stage program; cached, since programs are immutable once built and
-    pipelines in one process (compare, tests) share most stages. `split`: a stage
-    that runs I/W only (its fused backward compiles on first use)."""
+def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool = False) -> StageProgram:
+    """Compiled stage program on `where` (a device or a StageMesh); cached, since
+    programs are immutable once built and pipelines in one process (compare, tests)
+    share most stages. `split`: a stage that runs I/W only (its fused backward
+    compiles on first use)."""
+    mesh = where if isinstance(where, StageMesh) else single(where)
     stage = models.build_stage(cfg, unit_range, policy)
     x_like = stage.input_spec(shape.micro_batch_size, shape.seq_len)
     targets_like = (jax.ShapeDtypeStruct((shape.micro_batch_size, shape.seq_len), np.int32)
                     if stage.is_last else None)
     params_like = _abstract_stage_params(cfg, unit_range)
     return StageProgram(stage.apply, takes_tokens=stage.is_first, returns_loss=stage.is_last,
-                        device=device, params_like=params_like, x_like=x_like,
-                        targets_like=targets_like, name=f"stage units [{unit_range[0]},{unit_range[1]})",
-                        split=split)
+                        mesh=mesh, param_shardings=mesh.param_shardings(cfg, params_like),
+                        params_like=params_like, x_like=x_like, targets_like=targets_like,
+                        name=f"stage units [{unit_range[0]},{unit_range[1]})", split=split)
 
 
 def _abstract_stage_params(cfg, unit_range) -> dict:
@@ -72,6 +75,13 @@ def boundary_specs(cfg, parts, shape: BatchShape) -> tuple:
     """Shape/dtype of what crosses each stage boundary (stage b's output, b < p-1)."""
     return tuple(models.build_stage(cfg, r).output_spec(shape.micro_batch_size, shape.seq_len)
                  for r in parts[:-1])
+
+
+def boundary_device_bytes(specs, placement: Placement) -> list[int]:
+    """Bytes of each boundary's message on one device of its consumer's mesh (the
+    micro-batch splits over data, the activation is whole over tensor)."""
+    return [placement.mesh(b + 1).shard_bytes(sp.shape, sp.dtype, placement.mesh(b + 1).batch)
+            for b, sp in enumerate(specs)]
 
 
 @dataclass
@@ -94,14 +104,15 @@ class Pipeline:
 
     @property
     def boundary_bytes(self) -> list[int]:
-        return [leaf_bytes(sp) for sp in self.boundary_specs]
+        """Per device of the consumer's mesh (the whole message on one device)."""
+        return boundary_device_bytes(self.boundary_specs, self.placement)
 
     def init_state(self, seed: int) -> list[StageState | None]:
         """Each local stage initialises its own units (equal to slicing the whole
         model's) directly on its device, so no device ever holds the whole model."""
         params: list = [None] * len(self.programs)
         for s in self.local_stages:
-            with jax.default_device(self.placement.devices[s]):
+            with jax.default_device(self.placement.devices[s]):   # placed by shardings next
                 params[s] = models.init_params(self.cfg, seed, unit_range=self.partition[s])
         return self.executor.init_state(params)
 
@@ -109,7 +120,7 @@ class Pipeline:
         """What the run's summary says about local stage s."""
         r, prog, spec = self.partition[s], self.programs[s], self.schedule.stages[s]
         return {"units": list(r), "unit_names": models.unit_names(self.cfg)[r[0]:r[1]],
-                "device": str(self.placement.devices[s]), "policy": self.policies[s].to_json(),
+                "device": self.placement.mesh(s).describe(), "policy": self.policies[s].to_json(),
                 "adjusted": spec.adjusted, "swap_fraction": spec.swap_fraction,
                 "swap_blocks": spec.swap_blocks, "residual_bytes_per_microbatch": prog.residual_bytes,
                 "param_bytes": prog.params_bytes}
@@ -131,17 +142,18 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
                    for spec in schedule.stages)
     local = [s for s, d in enumerate(placement.devices) if group.owns(d)]
     if swapping and swap_enabled:
-        bad = [s for s in local if not host_memory_supported(placement.devices[s])]
+        bad = [s for s in local if not all(host_memory_supported(d) for d in placement.mesh(s).devices)]
         if bad:
             raise RunError(f"stage {bad[0]}'s device {placement.devices[bad[0]]} has no pinned_host "
                              "memory: swapping is not possible there")
     policies = stage_policies(cfg, schedule, base_policy)
     split = [any(a.kind is Kind.W for a in spec.actions) for spec in schedule.stages]
-    programs = [build_program(cfg, r, pol, dev, shape, split[s]) if s in local else None
-                for s, (r, pol, dev) in enumerate(zip(parts, policies, placement.devices))]
+    programs = [build_program(cfg, r, pol, placement.mesh(s), shape, split[s]) if s in local else None
+                for s, (r, pol) in enumerate(zip(parts, policies))]
     specs = boundary_specs(cfg, parts, shape)
-    nbytes = [leaf_bytes(sp) for sp in specs]
+    nbytes = boundary_device_bytes(specs, placement)
+    shardings = [placement.mesh(s).batch for s in range(p)]
     executor = PipelineExecutor(schedule, programs, optimizer, order, swap=HostSwap(swap_mechanism),
                                 swap_enabled=swap_enabled, stage_devices=placement.devices,
-                                transport=group.transport(placement.devices, specs, nbytes))
+                                transport=group.transport(placement.devices, specs, nbytes, shardings))
     return Pipeline(cfg, schedule, parts, policies, placement, shape, programs, executor, specs, group)

@@ -89,25 +89,31 @@ class IterationResult:
 _COMPILED_UPDATES: dict = {}
 
 
-def compiled_update(optimizer, sharding, params, opt_state, grads):
+def compiled_update(optimizer, params, opt_state, grads, stacked: bool = False):
     """One optimizer step that also hands back zeroed grad accumulators (all donated),
-    compiled ahead of time so no step pays for compilation. Cached by optimizer,
-    device and state shapes, so pipelines in one process share compilations."""
-    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
-                         (params, opt_state, grads))
-    key = (optimizer, sharding, jax.tree.structure(specs),
-           tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(specs)))
+    compiled ahead of time so no step pays for compilation; every array keeps its
+    sharding. `stacked`: the accumulators hold one partial sum per data shard on a
+    leading axis (a stage mesh, obscura_jax.stage_mesh), summed here: the stage's
+    data-parallel all-reduce, once per step. Cached by optimizer, shardings and
+    state shapes, so pipelines in one process share compilations."""
+    state = (params, opt_state, grads)
+    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
+    shardings = jax.tree.map(lambda a: a.sharding, state)
+    key = (optimizer, stacked, jax.tree.structure(specs),
+           tuple((a.shape, str(a.dtype), a.sharding) for a in jax.tree.leaves(specs)))
     if key not in _COMPILED_UPDATES:
         def update(params, opt_state, grads):
-            updates, opt_state = optimizer.update(grads, opt_state, params)
+            total = jax.tree.map(lambda g: g.sum(0), grads) if stacked else grads
+            updates, opt_state = optimizer.update(total, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
         _COMPILED_UPDATES[key] = jax.jit(update, donate_argnums=(0, 1, 2),
-                                         out_shardings=sharding).lower(*specs).compile()
+                                         out_shardings=shardings).lower(*specs).compile()
     return _COMPILED_UPDATES[key]
 
 
 @functools.lru_cache(maxsize=None)
 def _init_fn(optimizer, sharding):
+    """optimizer.init; on a stage mesh (sharding None) its state follows the params'."""
     return jax.jit(optimizer.init, out_shardings=sharding)
 
 
@@ -163,7 +169,8 @@ class PipelineExecutor:
         self.transport = transport or Transport(self.devices, [prog.output_bytes for prog in programs[:-1]])
         self._loss_dy = programs[-1].loss_weight(self.m) if p - 1 in self.local else None
         self.optimizer = optimizer
-        self._init = {s: _init_fn(optimizer, programs[s].sharding) for s in self.local}
+        self._init = {s: _init_fn(optimizer, programs[s].sharding if programs[s].mesh.single else None)
+                      for s in self.local}
         self._update: dict = {}
         self.order = order
 
@@ -191,10 +198,16 @@ class PipelineExecutor:
         states: list[StageState | None] = [None] * len(self.programs)
         for s in self.local:
             prog = self.programs[s]
-            params = jax.device_put(stage_params[s], prog.sharding)
-            states[s] = StageState(params, self._init[s](params), prog.zero_grads(params))
-        self._update = {s: compiled_update(self.optimizer, self.programs[s].sharding, states[s].params,
-                                           states[s].opt_state, states[s].grads) for s in self.local}
+            params = jax.device_put(stage_params[s], prog.param_shardings)
+            opt_state = self._init[s](params)
+            if not prog.mesh.single:   # state made of constants (a step count) lands on one device
+                mesh = set(prog.mesh.devices)
+                opt_state = jax.tree.map(lambda a: a if a.sharding.device_set == mesh
+                                         else jax.device_put(a, prog.sharding), opt_state)
+            states[s] = StageState(params, opt_state, prog.zero_grads(params))
+        self._update = {s: compiled_update(self.optimizer, states[s].params, states[s].opt_state,
+                                           states[s].grads, stacked=not self.programs[s].mesh.single)
+                        for s in self.local}
         return states
 
     # ---- one iteration -----------------------------------------------------------
@@ -229,8 +242,8 @@ class PipelineExecutor:
         ledger = MemoryLedger.zeros(p) if track_memory else None
         ctx = StepContext(
             programs=self.programs, states=states, transport=self.transport, routes=self.routes,
-            tokens=jax.device_put(list(tokens), first.sharding) if first is not None else None,
-            targets=jax.device_put(list(targets), last.sharding) if last is not None else None,
+            tokens=jax.device_put(list(tokens), first.batch_sharding) if first is not None else None,
+            targets=jax.device_put(list(targets), last.batch_sharding) if last is not None else None,
             loss_dy=self._loss_dy, losses=[None] * self.m, swap=self.swap,
             swap_fraction=self.swap_fraction, swap_enabled=self.swap_enabled, ledger=ledger,
             recorder=recorder, split=self.split)

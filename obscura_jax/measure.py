@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 import models
-from models.units import tree_bytes
+from obscura_jax.stage_mesh import device_bytes
 from obscura_jax.data import BatchShape
 from obscura_jax.engine import Pipeline, build_program
 from obscura_jax.stage_program import Residuals, StageProgram
@@ -105,7 +105,7 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
     """Steady-state forward and backward seconds of one program on its device; with
     `split`, also its I and W programs, each timed alone as the engine runs them."""
     out_spec = prog.output_spec
-    dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.sharding, seed=1)
+    dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.batch_sharding, seed=1)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
     t_fwd = timing.time(lambda: _arrays(prog.forward(*fwd_args)), first)
     _, res = _wait(prog.forward(*fwd_args))
@@ -163,11 +163,11 @@ def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):
     key = jax.random.key(1000 + seed + s)
 
     def tokens(k):
-        return jax.device_put(jax.random.randint(k, (b, t), 0, vocab, jnp.int32), prog.sharding)
+        return jax.device_put(jax.random.randint(k, (b, t), 0, vocab, jnp.int32), prog.batch_sharding)
     if prog.takes_tokens:
         x = tokens(key)
     else:
-        x = _normal(pipe.boundary_specs[s - 1], prog.sharding, seed=2000 + s)
+        x = _normal(pipe.boundary_specs[s - 1], prog.batch_sharding, seed=2000 + s)
     targets = tokens(jax.random.fold_in(key, 1)) if prog.returns_loss else None
     return x, targets
 
@@ -211,10 +211,10 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
         t = time_stage(prog, st.params, x, targets, timing, first, split=split)
         first = False
         row = {"adjusted_bwd": t.bwd, "act_bytes_recompute": prog.residual_bytes,
-               "weight_bytes": tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state),
+               "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                "boundary_bytes": 0 if prog.returns_loss else prog.output_bytes}
         if spec.adjusted and pipe.policies[s] != base:
-            plain = build_program(pipe.cfg, pipe.partition[s], base, prog.device, pipe.shape)
+            plain = build_program(pipe.cfg, pipe.partition[s], base, prog.mesh, pipe.shape)
             b = time_stage(plain, st.params, x, targets, timing, False)
             row.update(fwd=min(t.fwd, b.fwd), bwd=b.bwd, recompute=max(t.bwd - b.bwd, 0.0),
                        act_bytes=plain.residual_bytes, base_bwd=b.bwd)
@@ -235,7 +235,7 @@ def measure_boundaries(pipe: Pipeline, timing: CostTiming) -> dict:
     process calls this together: boundaries between processes are collective)."""
     boundaries = {}
     for b in range(pipe.schedule.num_stages - 1):
-        like = (_normal(pipe.boundary_specs[b], pipe.programs[b].sharding, seed=3000 + b)
+        like = (_normal(pipe.boundary_specs[b], pipe.programs[b].batch_sharding, seed=3000 + b)
                 if pipe.programs[b] is not None else None)
         seconds = pipe.executor.transport.time_boundary(
             b, b + 1, like, timing.samples, lambda fn, n: median_time(fn, max(n, 3)))

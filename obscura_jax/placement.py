@@ -1,19 +1,33 @@
 """Which device runs which stage. Never assumes a device count: with fewer devices
 than stages, stages map round-robin (and the placement says so); with one GPU all
-stages share it."""
+stages share it. With data and tensor parallelism each pipeline device is a group
+of D x T devices, a stage mesh (obscura_jax.stage_mesh): the placement asks for
+exactly pipeline devices x D x T devices and cuts them into consecutive groups."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import jax
 from obscura_jax.errors import RunError, UsageError
+from obscura_jax.stage_mesh import StageMesh, single
 
 
 @dataclass(frozen=True)
 class Placement:
-    devices: tuple            # one jax.Device per stage
+    devices: tuple            # one jax.Device per stage (its mesh's lead device)
     platform: str
     note: str                 # one line for people, empty when one device per stage
+    meshes: tuple = ()        # StageMesh per stage (empty: each stage on its one device)
+    offered: int = 0          # devices the run was given (--devices), when known
+
+    def mesh(self, stage: int) -> StageMesh:
+        return self.meshes[stage] if self.meshes else single(self.devices[stage])
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(data, tensor) of every stage's mesh."""
+        m = self.mesh(0)
+        return m.data, m.tensor
 
     @property
     def num_stages(self) -> int:
@@ -24,6 +38,8 @@ class Placement:
         return len({d.id for d in self.devices}) < len(self.devices)
 
     def describe(self) -> list[str]:
+        if self.meshes:
+            return [f"stage {s} -> {self.mesh(s).describe()}" for s in range(self.num_stages)]
         return [f"stage {s} -> {d.platform}:{d.id}" for s, d in enumerate(self.devices)]
 
 
@@ -84,7 +100,7 @@ def place_stages(num_stages: int, platform: str, count: int,
         note = f"all {num_stages} stages share one {platform} device ({devices[0]})"
     elif distinct < num_stages:
         note = f"{num_stages} stages on {distinct} {platform} devices (round-robin: stages share devices)"
-    return Placement(devices, platform, note)
+    return Placement(devices, platform, note, offered=count if platform == "cpu" else 0)
 
 
 def place_across_processes(num_stages: int, platform: str,
@@ -114,14 +130,17 @@ def place_across_processes(num_stages: int, platform: str,
     note = ""
     if len({d.id for d in devices}) < num_stages:
         note = f"{num_stages} stages on {len({d.id for d in devices})} {platform} devices (contiguous blocks)"
-    return Placement(devices, platform, note)
+    return Placement(devices, platform, note, offered=len(pool))
 
 
-def place_schedule(placement_fn, schedule) -> Placement:
+def place_schedule(placement_fn, schedule, data: int = 1, tensor: int = 1) -> Placement:
     """Devices for `schedule`'s stages: `placement_fn(n)` places n stages one per
     device; a schedule with several stages (chunks) per device asks it for one per
     schedule device and puts each stage on its device (`schedule.stage_to_device`:
-    interleaved loops, zb-v's V)."""
+    interleaved loops, zb-v's V). With data x tensor > 1 each schedule device is a
+    stage mesh of the next data x tensor devices."""
+    if data * tensor > 1:
+        return _place_meshes(placement_fn, schedule, data, tensor)
     if schedule.one_stage_per_device:
         return placement_fn(schedule.num_stages)
     base = placement_fn(schedule.num_devices)
@@ -130,3 +149,24 @@ def place_schedule(placement_fn, schedule) -> Placement:
     note = base.note or (f"{schedule.num_stages} stages on {distinct} {base.platform} devices "
                          f"({schedule.num_stages // schedule.num_devices} chunks per device)")
     return Placement(devices, base.platform, note)
+
+
+def _place_meshes(placement_fn, schedule, data: int, tensor: int) -> Placement:
+    width, n = data * tensor, schedule.num_devices
+    base = placement_fn(n * width)
+    flat = base.devices
+    given = base.offered or len({d.id for d in flat})
+    if given != n * width or len({d.id for d in flat}) != n * width:
+        raise UsageError(f"{n} pipeline devices x {data} data x {tensor} tensor = {n * width} devices, "
+                         f"but the run has {given} (--devices): they must be equal")
+    groups = [StageMesh(tuple(flat[g * width:(g + 1) * width]), data, tensor) for g in range(n)]
+    procs = [{d.process_index for d in g.devices} for g in groups]
+    split = [g for g, ps in enumerate(procs) if len(ps) > 1]
+    if split:
+        raise UsageError(f"pipeline device {split[0]}'s {data} x {tensor} mesh would span processes "
+                         f"{sorted(procs[split[0]])}: a stage mesh must lie in one process (give each "
+                         "process a multiple of data x tensor devices)")
+    where = tuple(schedule.stage_to_device) or tuple(range(schedule.num_stages))
+    meshes = tuple(groups[d] for d in where)
+    note = f"{schedule.num_stages} stages on {n} meshes of {data} data x {tensor} tensor {base.platform} devices"
+    return Placement(tuple(m.lead for m in meshes), base.platform, note, meshes)

@@ -27,8 +27,8 @@ class ProcessGroup:
     def owns(self, device) -> bool:
         return True
 
-    def transport(self, stage_devices, boundary_specs, boundary_bytes) -> Transport:
-        return Transport(stage_devices, boundary_bytes)
+    def transport(self, stage_devices, boundary_specs, boundary_bytes, shardings=None) -> Transport:
+        return Transport(stage_devices, boundary_bytes, shardings)
 
     # ---- collectives (JSON-able values) ------------------------------------------
     def gather(self, name: str, value) -> list:

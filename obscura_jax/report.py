@@ -41,6 +41,10 @@ def train_report(res: dict) -> str:
     out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
            f"b={res['micro_batch_size']} T={res['seq_len']}, data {res['data']}, "
            f"devices {', '.join(sorted(set(res['devices'])))}"]
+    lay = res.get("layout") or {}
+    if lay.get("data", 1) * lay.get("tensor", 1) > 1:
+        out.append(f"layout: every stage on {lay['data']} data x {lay['tensor']} tensor devices "
+                   f"({lay['devices']} devices); per-stage bytes below are per device")
     if res.get("placement_note"):
         out.append(f"note: {res['placement_note']}")
     if res.get("plan_note"):

@@ -71,6 +71,8 @@ class RunConfig:
     measure_costs: bool = True
     cost_reps: int = 3
     model_overrides: tuple = field(default=())  # ((field, value), ...)
+    data_parallel: int = 1             # each stage on a data x tensor mesh (obscura_jax.stage_mesh)
+    tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.schedule, os.PathLike):
@@ -80,7 +82,7 @@ class RunConfig:
                              f"Schedule, got {type(self.schedule).__name__}")
         object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
         object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
-        for name in ("steps", "micro_batch_size", "seq_len", "cost_reps"):
+        for name in ("steps", "micro_batch_size", "seq_len", "cost_reps", "data_parallel", "tensor_parallel"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         for name in ("stages", "microbatches"):
@@ -114,6 +116,9 @@ class RunConfig:
             raise UsageError(f"--microbatches must be <= {MAX_RUN_MICROBATCHES}, got {self.microbatches} (every "
                              "micro-batch is dispatched op by op on every stage: more per step does not run in "
                              "reasonable time)")
+        if self.micro_batch_size % self.data_parallel:
+            raise UsageError(f"--micro-batch-size {self.micro_batch_size} is not divisible by --data-parallel "
+                             f"{self.data_parallel} (each micro-batch splits over the data axis)")
         check_pipeline_size(self.stages, self.microbatches)
         check_recompute_names(self.adjusted_policy)
         if isinstance(self.policy, str):
@@ -121,6 +126,20 @@ class RunConfig:
 
     def model_config(self):
         return models.get_config(self.model, **dict(self.model_overrides))
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(data, tensor) parallelism inside every stage."""
+        return self.data_parallel, self.tensor_parallel
+
+    def check_layout(self, cfg) -> None:
+        """One line (UsageError) when the model cannot shard over --tensor-parallel."""
+        if self.tensor_parallel > 1:
+            from models.tensor_parallel import check_tensor_parallel  # lazy: loads JAX
+            try:
+                check_tensor_parallel(cfg, self.tensor_parallel)
+            except ObscuraError as e:
+                raise UsageError(f"--tensor-parallel {self.tensor_parallel}: {e}") from None
 
     def resolve(self, cfg):
         """-> (Schedule, partition) validated against the model."""

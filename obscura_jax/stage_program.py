@@ -25,20 +25,28 @@ rebuilding the pullback. The residuals of one micro-batch are thus exactly the
 activation memory that the stage's recompute policy keeps.
 
 Programs are compiled ahead of time (`jit(...).lower(specs).compile()`) for one
-device and one micro-batch shape: the layout recorded while tracing the forward is
-the one the compiled forward produces, with no retrace that could change it.
+stage mesh (obscura_jax.stage_mesh: one device, or data x tensor) and one
+micro-batch shape: the layout recorded while tracing the forward is the one the
+compiled forward produces, with no retrace that could change it. On a mesh each
+body runs per data shard (`StageMesh.local`): residuals, W's held block and the
+gradient accumulator are stacked on a leading data axis, and every byte count here
+is what ONE device of the stage holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
-from models.units import leaf_bytes, tree_bytes
+from models.tensor_parallel import DATA_AXIS
 from obscura_jax.backward_split import split_backward
+from obscura_jax.stage_mesh import StageMesh, single
 
 # Where one pullback leaf comes from.
 _PARAM, _INPUT, _TARGETS, _KEPT = 0, 1, 2, 3
@@ -89,46 +97,66 @@ def _spec(x, sharding) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
 
+def _plain(x) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+_DATA, _WHOLE = P(DATA_AXIS), P()
+
+
 class StageProgram:
-    """Compiled forward/backward of one stage on one device.
+    """Compiled forward/backward of one stage on its device or stage mesh.
 
     `apply(params, x)` (or `apply(params, x, targets)` when `returns_loss`) is the
     stage's pure function. When `takes_tokens` the input is integer tokens and gets
     no cotangent (dx is None). When `returns_loss` the output is the scalar loss of
     the micro-batch and its dy is the loss weight (1/m for a mean over m).
     `split`: the stage runs I and W only, so B compiles on first use (`compile_fused`).
+    `mesh` (a StageMesh; default: `device` alone) and `param_shardings` (a tree of
+    shardings on it, StageMesh.param_shardings) place the stage on D x T devices.
     """
 
     def __init__(self, apply: Callable, *, takes_tokens: bool, returns_loss: bool,
-                 device: jax.Device, params_like, x_like, targets_like=None, name: str = "stage",
-                 split: bool = False):
+                 device: jax.Device | None = None, params_like, x_like, targets_like=None,
+                 name: str = "stage", split: bool = False, mesh: StageMesh | None = None,
+                 param_shardings=None):
         if returns_loss and targets_like is None:
             raise ValueError(f"{name}: a stage that returns the loss needs targets")
         self.name = name
-        self.device = device
+        self.mesh = mesh if mesh is not None else single(device)
+        self.device = self.mesh.lead
         self.takes_tokens = takes_tokens
         self.returns_loss = returns_loss
         self._apply = apply
-        self.sharding = jax.sharding.SingleDeviceSharding(device)
-        params_spec = jax.tree.map(lambda a: _spec(a, self.sharding), params_like)
-        x_spec = _spec(x_like, self.sharding)
-        t_spec = None if targets_like is None else _spec(targets_like, self.sharding)
-        self.params_bytes = tree_bytes(params_spec)
+        self.sharding = self.mesh.replicated
+        self.batch_sharding = self.mesh.batch
+        if param_shardings is None:
+            param_shardings = jax.tree.map(lambda _: self.sharding, params_like)
+        self.param_shardings = param_shardings
+        params_spec = jax.tree.map(_spec, params_like, param_shardings)
+        x_spec = _spec(x_like, self.batch_sharding)
+        t_spec = None if targets_like is None else _spec(targets_like, self.batch_sharding)
+        self.params_bytes = sum(self._bytes(a) for a in jax.tree.leaves(params_spec))
+        self._local_params = jax.tree.map(_plain, params_like)
 
         self._layout: PullbackLayout | None = None
         args = (params_spec, x_spec) + ((t_spec,) if returns_loss else ())
-        lowered = jax.jit(self._forward_traced).lower(*args)
+        body = self.mesh.local(self._forward_local, (_WHOLE, _DATA) + ((_DATA,) if returns_loss else ()),
+                               (_WHOLE if returns_loss else _DATA, _DATA))
+        lowered = jax.jit(body).lower(*args)
         self.layout = self._layout
-        out_info = lowered.out_info
-        self.output_spec = out_info[0]
-        self.output_bytes = leaf_bytes(out_info[0])
-        kept_specs = [_spec(s, self.sharding) for s in out_info[1]]
-        res_specs = (([x_spec] if self.layout.keeps_input else [])
-                     + ([t_spec] if self.layout.keeps_targets else []) + kept_specs)
-        self.residual_leaf_bytes = tuple(leaf_bytes(s) for s in res_specs)
-        self.residual_bytes = sum(self.residual_leaf_bytes)
         self._fwd = lowered.compile()
-        dy_spec = _spec(jax.ShapeDtypeStruct(out_info[0].shape, out_info[0].dtype), self.sharding)
+        out_info, out_shardings = lowered.out_info, self._fwd.output_shardings
+        self.output_spec = _spec(out_info[0], out_shardings[0])
+        self.output_bytes = self._bytes(self.output_spec)
+        kept_specs = [_spec(a, sh) for a, sh in zip(out_info[1], out_shardings[1])]
+        head = (([x_spec] if self.layout.keeps_input else [])
+                + ([t_spec] if self.layout.keeps_targets else []))
+        self._num_head = len(head)
+        res_specs = head + kept_specs
+        self.residual_leaf_bytes = tuple(self._bytes(s) for s in res_specs)
+        self.residual_bytes = sum(self.residual_leaf_bytes)
+        dy_spec = _spec(out_info[0], self.sharding if returns_loss else self.batch_sharding)
         self.temp_bytes = _temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
@@ -144,8 +172,11 @@ class StageProgram:
         if self._bwd is not None:
             return
         params_spec, res_specs, dy_spec = self._split_specs
-        bwd = jax.jit(self._backward_traced, static_argnums=0, donate_argnums=4)
-        self._bwd = bwd.lower(self.layout, params_spec, res_specs, dy_spec, params_spec).compile()
+        body = self.mesh.local(functools.partial(self._backward_local, self.layout),
+                               (_WHOLE, _DATA, self._dy_in, _DATA),
+                               (_DATA, _WHOLE if self.takes_tokens else _DATA))
+        bwd = jax.jit(body, donate_argnums=3)
+        self._bwd = bwd.lower(params_spec, res_specs, dy_spec, self._grads_spec()).compile()
         self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd))
 
     def compile_split(self) -> None:
@@ -160,43 +191,109 @@ class StageProgram:
         # what W reads besides I's outputs: params (by flat position), residual leaves, dy
         self._w_reads = tuple(cut.kept_args)
         self._w_res = tuple(k - n for k in cut.kept_args if n <= k < n + r)
-        held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(
-            _spec(jax.ShapeDtypeStruct(a.shape, a.dtype), self.sharding) for a in cut.held_avals)
-        self.weight_grad_leaf_bytes = tuple(leaf_bytes(h) for h in held_specs)
-        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
         self.weight_grad_reads_dy = (n + r) in cut.kept_args
 
         def input_grad(params, res_leaves, dy):
-            dx, held = cut.input_grad(*jax.tree.leaves(params), *res_leaves, dy)
+            res = self._unstack(res_leaves)
+            dx, held = cut.input_grad(*jax.tree.leaves(params), *res, self._local_dy(dy))
             # tokens get no input gradient: a scalar marks completion
-            return (dx[0] if dx else jnp.zeros((), jnp.float32)), tuple(held)
+            return (dx[0] if dx else jnp.zeros((), jnp.float32)), self._stack(tuple(held))
 
         def weight_grad(params, held_leaves, dy, grad_acc):
-            flat = jax.tree.leaves(params) + [None] * r + [dy]
-            for i, leaf in zip(self._w_res, held_leaves):
-                flat[n + i] = leaf
             kept_res = len(self._w_res)
-            dparams = cut.weight_grad([flat[k] for k in self._w_reads], held_leaves[kept_res:])
+            res = self._unstack(held_leaves[:kept_res], self._w_res)
+            flat = jax.tree.leaves(params) + [None] * r + [self._local_dy(dy)]
+            for i, leaf in zip(self._w_res, res):
+                flat[n + i] = leaf
+            held = [h[0] for h in held_leaves[kept_res:]] if self._stacks else held_leaves[kept_res:]
+            dparams = cut.weight_grad([flat[k] for k in self._w_reads], held)
             dparams = jax.tree.unflatten(jax.tree.structure(params), dparams)
-            return jax.tree.map(jnp.add, grad_acc, dparams), jnp.zeros((), jnp.float32)
+            acc = self._unstack_grads(grad_acc)
+            return self._stack(jax.tree.map(jnp.add, acc, dparams)), jnp.zeros((), jnp.float32)
 
-        self._bwd_input = jax.jit(input_grad).lower(params_spec, res_specs, dy_spec).compile()
-        self._bwd_weight = jax.jit(weight_grad, donate_argnums=3).lower(
-            params_spec, held_specs, dy_spec, params_spec).compile()
+        i_body = self.mesh.local(input_grad, (_WHOLE, _DATA, self._dy_in),
+                                 (_WHOLE if self.takes_tokens else _DATA, _DATA))
+        i_lowered = jax.jit(i_body).lower(params_spec, res_specs, dy_spec)
+        self._bwd_input = i_lowered.compile()
+        # W reads I's held block where I left it (XLA chose its tensor sharding)
+        held_out = [_spec(a, sh) for a, sh in zip(i_lowered.out_info[1], self._bwd_input.output_shardings[1])]
+        held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(held_out)
+        self.weight_grad_leaf_bytes = tuple(self._bytes(h) for h in held_specs)
+        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
+        w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
+        self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
+            params_spec, held_specs, dy_spec, self._grads_spec()).compile()
         self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd_input), _temp_bytes(self._bwd_weight))
 
     def _flat_backward(self):
         """The backward as a function of flat (params..., residual leaves..., dy) ->
         flat (dparams..., dx), the form backward_split cuts; and its input specs."""
         params_spec, res_specs, dy_spec = self._split_specs
-        leaves, tree = jax.tree.flatten(params_spec)
+        leaves, tree = jax.tree.flatten(self._local_params)
         n, r = len(leaves), len(res_specs)
 
         def backward(*flat):
             params = jax.tree.unflatten(tree, flat[:n])
             cotangents = self._cotangents(self.layout, params, flat[n:n + r], flat[n + r])
             return jax.tree.leaves(cotangents[0]) + ([] if self.takes_tokens else [cotangents[1]])
-        return backward, list(leaves) + list(res_specs) + [dy_spec], n
+        local = [self._local_spec(a, self._stacks and i >= self._num_head) for i, a in enumerate(res_specs)]
+        return backward, list(leaves) + local + [self._local_spec(dy_spec, False)], n
+
+    # ---- per data shard (identity on one device) ------------------------------------
+    @property
+    def _stacks(self) -> bool:
+        return not self.mesh.single
+
+    @property
+    def _dy_in(self) -> P:
+        return _WHOLE if self.returns_loss else _DATA
+
+    def _bytes(self, spec) -> int:
+        return self.mesh.shard_bytes(spec.shape, spec.dtype, spec.sharding)
+
+    def _local_spec(self, spec, stacked: bool) -> jax.ShapeDtypeStruct:
+        """One data shard's view of an array the mesh holds (stacked or batch-split)."""
+        shape = tuple(spec.shape)
+        if self._stacks and shape:
+            shape = shape[1:] if stacked else (shape[0] // self.mesh.data,) + shape[1:]
+        return jax.ShapeDtypeStruct(shape, spec.dtype)
+
+    def _stack(self, tree):
+        return jax.tree.map(lambda a: a[None], tree) if self._stacks else tree
+
+    def _unstack(self, res_leaves, slots=None):
+        """Residual leaves as the body sees them: the stage's own input and targets
+        arrive batch-split, everything a program stacked loses its data axis."""
+        if not self._stacks:
+            return tuple(res_leaves)
+        slots = range(len(res_leaves)) if slots is None else slots
+        return tuple(a if i < self._num_head else a[0] for i, a in zip(slots, res_leaves))
+
+    def _unstack_grads(self, grads):
+        return jax.tree.map(lambda a: a[0], grads) if self._stacks else grads
+
+    def _local_dy(self, dy):
+        # the loss is the mean of the D shards' means: each shard's cotangent is dy / D
+        return dy / self.mesh.data if self._stacks and self.returns_loss else dy
+
+    def _grads_spec(self):
+        """The gradient accumulator: the params' shardings, stacked over data on a mesh."""
+        if not self._stacks:
+            return self._params_spec
+        d = self.mesh.data
+        return jax.tree.map(lambda a: _spec(jax.ShapeDtypeStruct((d,) + tuple(a.shape), a.dtype),
+                                            self.mesh.stacked(a.sharding)), self._params_spec)
+
+    def _forward_local(self, params, x, targets=None):
+        out, kept = self._forward_traced(params, x, targets)
+        if self._stacks and self.returns_loss:
+            out = jax.lax.pmean(out, DATA_AXIS)
+        return out, self._stack(kept)
+
+    def _backward_local(self, layout, params, res_leaves, dy, grad_acc):
+        grads, done = self._backward_traced(layout, params, self._unstack(res_leaves), self._local_dy(dy),
+                                            self._unstack_grads(grad_acc))
+        return self._stack(grads), done
 
     # ---- traced bodies -------------------------------------------------------
     def _forward_traced(self, params, x, targets=None):
@@ -304,8 +401,9 @@ class StageProgram:
 
     def zero_grads(self, params=None):
         """Fresh zero gradient accumulators on the device (host zeros: nothing to compile)."""
-        return jax.device_put(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params_spec),
-                              self.sharding)
+        spec = self._grads_spec()
+        return jax.device_put(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), spec),
+                              jax.tree.map(lambda a: a.sharding, spec))
 
     def loss_weight(self, num_microbatches: int):
         """dy of the loss stage so that the summed grads are those of the mean loss."""

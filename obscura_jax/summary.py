@@ -51,6 +51,8 @@ def summarize(out) -> dict:
         simulated_time = sim.makespan + (update_time or 0.0)
     planned = run.planned_peaks()
     devices = pipe.placement.devices
+    every_device = sorted({d for s in range(pipe.schedule.num_stages) for d in pipe.placement.mesh(s).devices},
+                          key=lambda d: d.id)
     schedule = pipe.schedule
     where = schedule.stage_to_device
     alone_on_row = [where.count(where[s]) == 1 for s in range(schedule.num_stages)]
@@ -110,7 +112,9 @@ def summarize(out) -> dict:
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
         "steps": [s.step for s in logs], "losses": [s.loss for s in logs],
         "step_seconds": [s.seconds for s in logs],
-        "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(devices),
+        "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel, "devices": len(every_device),
+                   "stage_meshes": [pipe.placement.mesh(s).describe() for s in range(schedule.num_stages)]},
+        "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(every_device),
         "timeline_iteration_time": recorded[0] if recorded else None,
         "simulated_iteration_time": simulated_time,
         "simulated_makespan": sim.makespan if sim is not None else None,

@@ -70,7 +70,7 @@ class HostSwap:
     def _put(self, leaves: list, sharding) -> list:
         if self.mechanism == "device_put":
             return jax.device_put(leaves, sharding)
-        key = (sharding, tuple((x.shape, x.dtype) for x in leaves))
+        key = (tuple(sharding), tuple((x.shape, x.dtype) for x in leaves))
         with self._lock:
             fn = self._jit_copies.get(key)
             if fn is None:
@@ -85,8 +85,9 @@ class HostSwap:
         slots = choose_leaves(residuals.sizes, fraction)
         if not slots:
             return residuals
-        host = jax.sharding.SingleDeviceSharding(device, memory_kind=HOST_KIND)
-        moved = self._put([residuals.leaves[i] for i in slots], host)
+        chosen = [residuals.leaves[i] for i in slots]
+        # each leaf keeps its sharding (a stage mesh's shards go to their own hosts)
+        moved = self._put(chosen, [x.sharding.with_memory_kind(HOST_KIND) for x in chosen])
         leaves = list(residuals.leaves)
         for i, x in zip(slots, moved):
             leaves[i] = x
@@ -100,8 +101,8 @@ class HostSwap:
         """Bring the swapped leaves back to the device (async)."""
         if not residuals.host_slots:
             return residuals
-        dev = jax.sharding.SingleDeviceSharding(device)
-        moved = self._put([residuals.leaves[i] for i in residuals.host_slots], dev)
+        chosen = [residuals.leaves[i] for i in residuals.host_slots]
+        moved = self._put(chosen, [x.sharding.with_memory_kind("device") for x in chosen])
         leaves = list(residuals.leaves)
         for i, x in zip(residuals.host_slots, moved):
             leaves[i] = x

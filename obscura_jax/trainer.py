@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 import schedules
-from models.units import tree_bytes
+from obscura_jax.stage_mesh import device_bytes
 from obscura_jax.checkpoint import open_checkpointer
 from obscura_jax.checkpoint_dir import MetricsLog, warn
 from obscura_jax.data import BatchShape, open_data
@@ -85,7 +85,8 @@ def identity_of(run: RunConfig, partition, schedule, group: ProcessGroup = SINGL
             "processes": group.size, "seed": run.seed, "data": run.data, "data_dtype": run.data_dtype,
             "micro_batch_size": run.micro_batch_size, "seq_len": run.seq_len,
             "microbatches": schedule.num_microbatches, "compute_dtype": cfg.compute_dtype,
-            "param_dtype": cfg.param_dtype, "optimizer": [run.optimizer, run.learning_rate, run.weight_decay]}
+            "param_dtype": cfg.param_dtype, "optimizer": [run.optimizer, run.learning_rate, run.weight_decay],
+            "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel}}
 
 
 def _device_peak(device):
@@ -93,6 +94,12 @@ def _device_peak(device):
     if not stats or "peak_bytes_in_use" not in stats:
         return None
     return int(stats["peak_bytes_in_use"])
+
+
+def _mesh_peak(mesh):
+    """The highest peak over a stage mesh's devices (None where not reported)."""
+    peaks = [_device_peak(d) for d in mesh.devices]
+    return None if any(p is None for p in peaks) else max(peaks)
 
 
 def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
@@ -103,7 +110,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
     interrupt.raise_if_requested()
     outcome, data, ckpt, identity = _prepare(run, placement_fn, group, log)
     pipe = outcome.pipeline
-    before_peaks = {s: _device_peak(pipe.placement.devices[s]) for s in pipe.local_stages}
+    before_peaks = {s: _mesh_peak(pipe.placement.mesh(s)) for s in pipe.local_stages}
     metrics = MetricsLog(run.checkpoint_dir) if ckpt is not None and group.is_leader else None
     try:
         if metrics is not None:
@@ -124,8 +131,9 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
 def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     """Schedule, placement, checkpoint, pipeline and (initial or restored) state."""
     cfg = run.model_config()
+    run.check_layout(cfg)
     schedule, partition = run.resolve(cfg)
-    placement: Placement = place_schedule(placement_fn, schedule)   # its note is in the report
+    placement: Placement = place_schedule(placement_fn, schedule, *run.layout)   # its note is in the report
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
@@ -308,12 +316,12 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, events: list, peak_live:
     mine = []
     for s in pipe.local_stages:
         st, prog = outcome.states[s], pipe.programs[s]
-        after, before = _device_peak(pipe.placement.devices[s]), before_peaks[s]
+        after, before = _mesh_peak(pipe.placement.mesh(s)), before_peaks[s]
         sizes = prog.residual_leaf_bytes
         swapped = (sum(sizes[i] for i in choose_leaves(sizes, pipe.schedule.stages[s].swap_fraction))
                    if pipe.executor.swap_enabled else 0)
         mine.append({"stage": s, "process": group.rank, "row": pipe.stage_row(s),
-                     "weight_bytes": tree_bytes(st.params) + tree_bytes(st.grads) + tree_bytes(st.opt_state),
+                     "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                      "ledger_peak": peak_live[s], "temp_bytes": prog.temp_bytes,
                      "device_peak": None if after is None or (before is not None and after <= before) else after,
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})

@@ -68,12 +68,14 @@ class Transport:
 
     `stage_devices[s]` is stage s's jax.Device; `boundary_bytes[b]` the size of a
     message across boundary b (counted on the consumer's stage in the step's
-    MemoryLedger from its producer to its consumer)."""
+    MemoryLedger from its producer to its consumer); `shardings[s]` where a message
+    to stage s goes (default: its device; a stage mesh's batch sharding)."""
 
-    def __init__(self, stage_devices, boundary_bytes):
+    def __init__(self, stage_devices, boundary_bytes, shardings=None):
         self.stage_devices = list(stage_devices)
         self.boundary_bytes = list(boundary_bytes)
-        self._shardings = [jax.sharding.SingleDeviceSharding(d) for d in self.stage_devices]
+        self._shardings = list(shardings) if shardings is not None else [
+            jax.sharding.SingleDeviceSharding(d) for d in self.stage_devices]
         self.abort = threading.Event()
         self.inbox = Mailbox(self.abort)
         self._ledger = None

@@ -64,6 +64,15 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--virtual-stages", type=int, default=None, metavar="V",
                    help=f"model chunks per device of {' / '.join(CHUNKED)} (default 2): "
                         "--stages devices run stages x V model stages")
+    g.add_argument("--data-parallel", type=int, default=None, metavar="D",
+                   help="data parallelism inside each stage: every micro-batch splits over D devices "
+                        "(default 1; docs/parallelism.md)")
+    g.add_argument("--tensor-parallel", type=int, default=None, metavar="T",
+                   help="tensor parallelism inside each stage (Megatron layout over T devices; default 1); "
+                        "a run uses pipeline devices x D x T devices")
+    g.add_argument("--layout", default=None, metavar="ROW",
+                   help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX or FILE "
+                        "(its best row); sets stages, D, T, micro-batch size and policy")
     g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
                    help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "
                         "else one emulated CPU device per stage)")
@@ -122,7 +131,7 @@ def run_with_processes(args, num_stages: int, body) -> int:
     if spec is None:
         if args.devices_per_process != 1:
             raise UsageError("--devices-per-process needs --processes N (or --num-processes N)")
-        place = choose_devices(args, num_stages)   # before JAX starts
+        place = choose_devices(args, num_stages * layout_width(args))   # before JAX starts
         from obscura_jax.process_group import SINGLE  # lazy: JAX starts after the devices are chosen
         return body(place, SINGLE)
     from obscura_jax.distributed import run_distributed  # lazy (these two): JAX starts in the child's join
@@ -195,7 +204,8 @@ def run_config(args, **overrides) -> RunConfig:
         checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
         learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
-        model_overrides=tuple(model_overrides))
+        model_overrides=tuple(model_overrides), data_parallel=getattr(args, "data_parallel", None) or 1,
+        tensor_parallel=getattr(args, "tensor_parallel", None) or 1)
     kw.update(overrides)
     return RunConfig(**kw)
 
@@ -209,10 +219,19 @@ def weight_decay(args) -> float:
     return args.weight_decay
 
 
+def layout_width(args) -> int:
+    """Devices per pipeline device (data x tensor), known without JAX."""
+    return (getattr(args, "data_parallel", None) or 1) * (getattr(args, "tensor_parallel", None) or 1)
+
+
 def choose_devices(args, num_stages: int):
-    """Call BEFORE importing JAX; returns a function num_stages -> Placement."""
+    """Call BEFORE importing JAX; returns a function num_stages -> Placement.
+    `num_stages`: the devices the run needs (pipeline devices x data x tensor)."""
     platform, count = parse_devices(args.devices, num_stages)
     stage_devices = None
+    if args.stage_devices and layout_width(args) > 1:
+        raise UsageError("--stage-devices places one device per stage: it does not combine with "
+                         "--data-parallel or --tensor-parallel (stage meshes take consecutive devices)")
     if args.stage_devices:
         from obscura_jax.placement import parse_stage_devices  # lazy: placement starts JAX
         stage_devices = parse_stage_devices(args.stage_devices, num_stages)
