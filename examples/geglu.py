@@ -120,7 +120,14 @@ def _check(cfg) -> None:
 
 models.register_family("geglu", units={"embed": GegluEmbed, "attn": GegluAttention, "mlp": GegluMlp,
                                        "head": GegluHead},
-                       ops=OPS, presets=PRESETS, check=_check)
+                       ops=OPS, presets=PRESETS, check=_check,
+                       # how it shards under --tensor-parallel T (Megatron: q/k/v/gate/up by
+                       # columns, out/down by rows, the head by vocabulary; the rest replicated)
+                       tensor_parallel={"attn": {"wq/kernel": "column", "wk/kernel": "kv_column",
+                                                 "wv/kernel": "kv_column", "wo/kernel": "row"},
+                                        "mlp": {"w_gate/kernel": "column", "w_up/kernel": "column",
+                                                "w_down/kernel": "row"},
+                                        "head": {"w_out/kernel": "column"}})
 models.register_config(models.ModelConfig(
     name="geglu-tiny", family="geglu", vocab_size=256, hidden=64, num_layers=4, num_heads=4,
     num_kv_heads=2, ffn_hidden=128, max_seq_len=256, compute_dtype="float32", attention_impl="xla"))

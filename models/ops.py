@@ -61,7 +61,7 @@ def _check_gpt(cfg) -> None:
 
 # Megatron's layout: q, k, v, gate and up by output columns (attention thus by
 # heads), attention out and MLP down by input rows, the head by vocabulary.
-LLAMA_TENSOR = {"attn": {"wq/kernel": "column", "wk/kernel": "column", "wv/kernel": "column",
+LLAMA_TENSOR = {"attn": {"wq/kernel": "column", "wk/kernel": "kv_column", "wv/kernel": "kv_column",
                          "wo/kernel": "row"},
                 "mlp": {"w_gate/kernel": "column", "w_up/kernel": "column", "w_down/kernel": "row"},
                 "head": {"w_out/kernel": "column"}}

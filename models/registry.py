@@ -12,8 +12,10 @@ A family is registered once, with
            config the family cannot build (e.g. an odd head dim under RoPE);
   tensor_parallel  optional: how its parameters shard over a tensor-parallel axis,
            by unit kind: {kind: {"module/param": role}} with role "column" (the
-           output dim: q, k, v, gate, up, the vocab of the head; a bias too) or
-           "row" (the input dim: attention out, MLP down); every other parameter
+           output dim: q, gate, up, the vocab of the head; a bias too), "kv_column"
+           (k and v under grouped-query attention: by columns when the KV heads
+           divide over the axis, else replicated, as Megatron does) or "row" (the
+           input dim: attention out, MLP down); every other parameter
            is replicated (norms, row biases, embeddings). Without it a family
            trains only at tensor-parallel 1 (models.tensor_parallel says why).
 Policies, model-info, the profiler, the planner and the engine ask this registry
@@ -148,7 +150,7 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
     return family
 
 
-TENSOR_ROLES = ("column", "row")
+TENSOR_ROLES = ("column", "row", "kv_column")
 
 
 def _tensor_layout(name: str, given) -> tuple:

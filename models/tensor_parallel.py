@@ -4,6 +4,9 @@ layout), read from its family's registration (models.registry, `tensor_parallel`
     column  kernel [in, out] -> P(None, "tensor"), bias [out] -> P("tensor")
             (q, k, v, gate, up: each device computes its heads / its FFN columns;
             the head's vocabulary)
+    kv_column  k and v under grouped-query attention: a column while the KV heads
+            divide over T; replicated when T is a multiple of them (Megatron's
+            choice: each device keeps the KV heads its query heads read)
     row     kernel [in, out] -> P("tensor", None)
             (attention out, MLP down: partial sums, one all-reduce after them)
     other   replicated (norms, embeddings, a row layer's bias)
@@ -27,7 +30,7 @@ DATA_AXIS = "data"
 
 
 def _role_spec(role: str, ndim: int) -> P:
-    if role == "column":
+    if role in ("column", "kv_column"):
         return P(*([None] * (ndim - 1)), TENSOR_AXIS)
     if ndim < 2:   # a row layer's bias is added after the all-reduce: replicated
         return P()
@@ -48,11 +51,14 @@ def tensor_specs(cfg: ModelConfig, params, tensor: int):
     """PartitionSpec per leaf of `params` (unit name -> tree, a stage's or the whole
     model's), or all replicated at tensor-parallel 1."""
     rules = _rules(cfg) if tensor > 1 else {}
+    kv_split = cfg.num_kv_heads % tensor == 0
 
     def spec(path, leaf):
         unit, name = _leaf_path(path)
         role = rules.get(unit_kind(unit), {}).get(name)
-        return P() if role is None else _role_spec(role, len(leaf.shape))
+        if role is None or (role == "kv_column" and not kv_split):
+            return P()
+        return _role_spec(role, len(leaf.shape))
     return jax.tree_util.tree_map_with_path(spec, params)
 
 
@@ -68,10 +74,12 @@ def check_tensor_parallel(cfg: ModelConfig, tensor: int, params_like=None) -> No
         raise ModelConfigError(f"model family {cfg.family!r} declares no tensor-parallel layout "
                                "(register_family(..., tensor_parallel=...)): it trains only at tensor "
                                "parallelism 1")
-    for what, n in (("attention heads", cfg.num_heads), ("KV heads", cfg.num_kv_heads),
-                    ("FFN width", cfg.ffn_hidden)):
+    for what, n in (("attention heads", cfg.num_heads), ("FFN width", cfg.ffn_hidden)):
         if n % tensor:
             raise ModelConfigError(f"{cfg.name}: {what} ({n}) not divisible by tensor parallelism {tensor}")
+    if cfg.num_kv_heads % tensor and tensor % cfg.num_kv_heads:
+        raise ModelConfigError(f"{cfg.name}: KV heads ({cfg.num_kv_heads}) neither divide nor are divisible by "
+                               f"tensor parallelism {tensor}")
     if params_like is None:
         from models.units import abstract_params
         params_like = abstract_params(cfg)

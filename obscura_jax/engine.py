@@ -26,6 +26,7 @@ from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.stage_mesh import StageMesh, single
 from obscura_jax.stage_program import StageProgram
 from obscura_jax.swap import HostSwap, host_memory_supported
+from obscura_jax.transport import Transport
 from planner.costs import check_partition
 from planner.errors import PlanError
 from schedules.ir import Kind, Schedule
@@ -112,7 +113,8 @@ class Pipeline:
         model's) directly on its device, so no device ever holds the whole model."""
         params: list = [None] * len(self.programs)
         for s in self.local_stages:
-            with jax.default_device(self.placement.devices[s]):   # placed by shardings next
+            mine = next(d for d in self.placement.mesh(s).devices if self.group.owns(d))
+            with jax.default_device(mine):   # placed by the stage's shardings next
                 params[s] = models.init_params(self.cfg, seed, unit_range=self.partition[s])
         return self.executor.init_state(params)
 
@@ -140,7 +142,7 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
         raise ValueError(f"placement has {placement.num_stages} stages, the schedule {p}")
     swapping = any(spec.swap_fraction > 0 and any(a.kind.value == "SO" for a in spec.actions)
                    for spec in schedule.stages)
-    local = [s for s, d in enumerate(placement.devices) if group.owns(d)]
+    local = [s for s in range(p) if any(group.owns(d) for d in placement.mesh(s).devices)]
     if swapping and swap_enabled:
         bad = [s for s in local if not all(host_memory_supported(d) for d in placement.mesh(s).devices)]
         if bad:
@@ -153,7 +155,11 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
     specs = boundary_specs(cfg, parts, shape)
     nbytes = boundary_device_bytes(specs, placement)
     shardings = [placement.mesh(s).batch for s in range(p)]
+    # stage meshes across processes: every process runs every stage on its own data
+    # shards, and messages stay in their process (stage_mesh.move)
+    transport = (Transport(placement.devices, nbytes, shardings) if placement.spans_processes
+                 else group.transport(placement.devices, specs, nbytes, shardings))
     executor = PipelineExecutor(schedule, programs, optimizer, order, swap=HostSwap(swap_mechanism),
                                 swap_enabled=swap_enabled, stage_devices=placement.devices,
-                                transport=group.transport(placement.devices, specs, nbytes, shardings))
+                                transport=transport)
     return Pipeline(cfg, schedule, parts, policies, placement, shape, programs, executor, specs, group)

@@ -24,6 +24,11 @@ class Placement:
         return self.meshes[stage] if self.meshes else single(self.devices[stage])
 
     @property
+    def spans_processes(self) -> bool:
+        """A stage mesh with devices in several processes (its data axis across them)."""
+        return any(len({d.process_index for d in m.devices}) > 1 for m in self.meshes)
+
+    @property
     def layout(self) -> tuple[int, int]:
         """(data, tensor) of every stage's mesh."""
         m = self.mesh(0)
@@ -133,14 +138,16 @@ def place_across_processes(num_stages: int, platform: str,
     return Placement(devices, platform, note, offered=len(pool))
 
 
-def place_schedule(placement_fn, schedule, data: int = 1, tensor: int = 1) -> Placement:
+def place_schedule(placement_fn, schedule, data: int = 1, tensor: int = 1,
+                   data_across_processes: bool = False) -> Placement:
     """Devices for `schedule`'s stages: `placement_fn(n)` places n stages one per
     device; a schedule with several stages (chunks) per device asks it for one per
     schedule device and puts each stage on its device (`schedule.stage_to_device`:
     interleaved loops, zb-v's V). With data x tensor > 1 each schedule device is a
-    stage mesh of the next data x tensor devices."""
+    stage mesh of the next data x tensor devices, or (`data_across_processes`) of
+    data rows taken from every process in turn."""
     if data * tensor > 1:
-        return _place_meshes(placement_fn, schedule, data, tensor)
+        return _place_meshes(placement_fn, schedule, data, tensor, data_across_processes)
     if schedule.one_stage_per_device:
         return placement_fn(schedule.num_stages)
     base = placement_fn(schedule.num_devices)
@@ -151,7 +158,7 @@ def place_schedule(placement_fn, schedule, data: int = 1, tensor: int = 1) -> Pl
     return Placement(devices, base.platform, note)
 
 
-def _place_meshes(placement_fn, schedule, data: int, tensor: int) -> Placement:
+def _place_meshes(placement_fn, schedule, data: int, tensor: int, across: bool) -> Placement:
     width, n = data * tensor, schedule.num_devices
     base = placement_fn(n * width)
     flat = base.devices
@@ -160,13 +167,41 @@ def _place_meshes(placement_fn, schedule, data: int, tensor: int) -> Placement:
         raise UsageError(f"{n} pipeline devices x {data} data x {tensor} tensor = {n * width} devices, "
                          f"but the run has {given} (--devices): they must be equal")
     groups = [StageMesh(tuple(flat[g * width:(g + 1) * width]), data, tensor) for g in range(n)]
-    procs = [{d.process_index for d in g.devices} for g in groups]
-    split = [g for g, ps in enumerate(procs) if len(ps) > 1]
-    if split:
-        raise UsageError(f"pipeline device {split[0]}'s {data} x {tensor} mesh would span processes "
-                         f"{sorted(procs[split[0]])}: a stage mesh must lie in one process (give each "
-                         "process a multiple of data x tensor devices)")
+    if across:
+        groups = _data_across_processes(flat, n, data, tensor)
+        if not any(len({d.process_index for d in g.devices}) > 1 for g in groups):
+            raise UsageError("--data-across-processes needs several processes")
+    elif any(len({d.process_index for d in g.devices}) > 1 for g in groups):
+        raise UsageError(f"a {data} x {tensor} stage mesh would span processes: give each process a multiple "
+                         "of data x tensor devices, or split the data axis over them (--data-across-processes)")
     where = tuple(schedule.stage_to_device) or tuple(range(schedule.num_stages))
     meshes = tuple(groups[d] for d in where)
     note = f"{schedule.num_stages} stages on {n} meshes of {data} data x {tensor} tensor {base.platform} devices"
     return Placement(tuple(m.lead for m in meshes), base.platform, note, meshes)
+
+
+def _data_across_processes(flat, n: int, data: int, tensor: int) -> list[StageMesh]:
+    """Stage meshes whose data axis spans the processes: with N processes of K devices
+    and D = N x D', process q holds data rows q D' .. (q+1) D' - 1 of EVERY pipeline
+    device (each row's T tensor devices together), so a micro-batch's shard d stays in
+    one process from the first stage to the last and only the loss average and the
+    once-per-step gradient all-reduce cross processes."""
+    by_process: dict[int, list] = {}
+    for d in flat:
+        by_process.setdefault(d.process_index, []).append(d)
+    procs = sorted(by_process)
+    k = len(by_process[procs[0]])
+    if data % len(procs) or any(len(v) != k for v in by_process.values()) or k != n * (data // len(procs)) * tensor:
+        raise UsageError(f"{n} pipeline devices of {data} data x {tensor} tensor devices do not split over "
+                         f"{len(procs)} processes of {k} devices: each process must hold whole stage meshes, or "
+                         "data / processes data rows of every stage")
+    rows = data // len(procs)
+    meshes = []
+    for g in range(n):
+        devices = []
+        for d in range(data):
+            local = by_process[procs[d // rows]]
+            start = (g * rows + d % rows) * tensor
+            devices += local[start:start + tensor]
+        meshes.append(StageMesh(tuple(devices), data, tensor))
+    return meshes

@@ -73,6 +73,7 @@ class RunConfig:
     model_overrides: tuple = field(default=())  # ((field, value), ...)
     data_parallel: int = 1             # each stage on a data x tensor mesh (obscura_jax.stage_mesh)
     tensor_parallel: int = 1
+    data_across_processes: bool = False  # several processes: each holds data rows of every stage
 
     def __post_init__(self) -> None:
         if isinstance(self.schedule, os.PathLike):

@@ -117,6 +117,42 @@ class StageMesh:
         return f"{self.lead.platform}:[{ids}] ({self.data} data x {self.tensor} tensor)"
 
 
+def _key(index) -> tuple:
+    return tuple((i.start, i.stop, i.step) for i in index)
+
+
+def move(value, sharding):
+    """`value` onto `sharding` (another stage's mesh). A value that spans processes
+    (a stage mesh with its data axis across processes) moves shard by shard inside
+    each process: stage s's data shard d and stage s+1's lie in the same process, and
+    JAX's device_put reshards across hosts only between equal device sets."""
+    if value.is_fully_addressable or sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    mine = {_key(sh.index): sh.data for sh in value.addressable_shards}
+    wanted = sharding.addressable_devices_indices_map(value.shape)
+    missing = [d for d, idx in wanted.items() if _key(idx) not in mine]
+    if missing:
+        raise ValueError(f"stage mesh transfer: device {missing[0]} needs a shard that lies in another "
+                         "process (the stages' data axes must split over processes alike)")
+    return jax.make_array_from_single_device_arrays(
+        value.shape, sharding, [jax.device_put(mine[_key(idx)], d) for d, idx in wanted.items()])
+
+
+def local_value(x) -> np.ndarray:
+    """The whole of `x` as a numpy array, from this process's shards when they cover it
+    (a stage mesh's parameters: whole over data, their tensor shards in one process)."""
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    out = np.empty(x.shape, x.dtype)
+    covered = np.zeros(x.shape, bool)
+    for sh in x.addressable_shards:
+        out[sh.index] = np.asarray(sh.data)
+        covered[sh.index] = True
+    if not covered.all():
+        raise ValueError("this process holds only part of the array")
+    return out
+
+
 def device_bytes(tree) -> int:
     """Bytes of `tree`'s arrays on one device (the first of each array's sharding)."""
     return sum(int(math.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize

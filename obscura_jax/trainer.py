@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 import schedules
-from obscura_jax.stage_mesh import device_bytes
+from obscura_jax.stage_mesh import device_bytes, local_value
 from obscura_jax.checkpoint import open_checkpointer
 from obscura_jax.checkpoint_dir import MetricsLog, warn
 from obscura_jax.data import BatchShape, open_data
@@ -74,7 +74,7 @@ class TrainOutcome:
         out = {}
         for st in self.states:
             if st is not None:
-                out.update(jax.device_get(st.params))
+                out.update(jax.tree.map(local_value, st.params))
         return out
 
 
@@ -98,7 +98,7 @@ def _device_peak(device):
 
 def _mesh_peak(mesh):
     """The highest peak over a stage mesh's devices (None where not reported)."""
-    peaks = [_device_peak(d) for d in mesh.devices]
+    peaks = [_device_peak(d) for d in mesh.devices if d.process_index == jax.process_index()]
     return None if any(p is None for p in peaks) else max(peaks)
 
 
@@ -133,7 +133,11 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     cfg = run.model_config()
     run.check_layout(cfg)
     schedule, partition = run.resolve(cfg)
-    placement: Placement = place_schedule(placement_fn, schedule, *run.layout)   # its note is in the report
+    placement: Placement = place_schedule(placement_fn, schedule, *run.layout,   # its note is in the report
+                                          data_across_processes=run.data_across_processes)
+    if placement.spans_processes and run.checkpoint_dir:
+        raise RunError("--checkpoint-dir: checkpoints of stage meshes whose data axis spans processes are not "
+                       "supported (give each process whole stage meshes)")
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
@@ -228,9 +232,11 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     and derives the issue order from those shared costs. Processes on CPU devices
     share the host's cores, so they time their stages one after the other."""
     run, pipe = outcome.config, outcome.pipeline
-    device = pipe.placement.devices[pipe.local_stages[0]]
+    device = next(d for d in pipe.placement.mesh(pipe.local_stages[0]).devices if group.owns(d))
     timing = CostTiming.for_device(device, run.cost_reps)
-    turns = range(group.size) if group.size > 1 and device.platform == "cpu" else [group.rank]
+    # (stages spanning processes run collectives: every process times them at once)
+    turns = (range(group.size) if group.size > 1 and device.platform == "cpu"
+             and not pipe.placement.spans_processes else [group.rank])
     for turn in turns:
         if turn == group.rank:
             stages = measure_stages(pipe, outcome.states, run.policy, timing)
@@ -277,7 +283,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             # Block on our own state: Python runs ahead of the devices, and a process
             # must not start step k+1 (nor report progress) before its step k is done.
             jax.block_until_ready([st.params for st in local])
-            mine = None if result.losses is None else [float(v) for v in np.asarray(result.losses)]
+            mine = None if result.losses is None else [float(v) for v in local_value(result.losses)]
             seconds = time.perf_counter() - t0
             if recorder is not None:
                 outcome.update_seconds = seconds - (t_actions - t0)
@@ -314,7 +320,11 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, events: list, peak_live:
     """Per-stage facts and the recorded events of every process, on every process."""
     pipe = outcome.pipeline
     mine = []
-    for s in pipe.local_stages:
+    # stages spanning processes: every process ran them all; the leader's account stands
+    reporting = pipe.local_stages if not pipe.placement.spans_processes or group.is_leader else []
+    if not reporting:
+        events = []
+    for s in reporting:
         st, prog = outcome.states[s], pipe.programs[s]
         after, before = _mesh_peak(pipe.placement.mesh(s)), before_peaks[s]
         sizes = prog.residual_leaf_bytes

@@ -19,6 +19,7 @@ import threading
 import jax
 
 from obscura_jax.messages import Message
+from obscura_jax.stage_mesh import move
 
 
 class StepAborted(RuntimeError):
@@ -104,7 +105,7 @@ class Transport:
         return True
 
     def send(self, msg: Message, value) -> None:
-        self.deliver(msg, jax.device_put(value, self._shardings[msg.dst]))
+        self.deliver(msg, move(value, self._shardings[msg.dst]))
 
     def deliver(self, msg: Message, value) -> None:
         if self._ledger is not None:
@@ -130,4 +131,4 @@ class Transport:
         device with this transport; `timer(fn, reps)` times fn (planner.stopwatch)."""
         if self.stage_devices[src].id == self.stage_devices[dst].id:
             return None
-        return timer(lambda: jax.device_put(like, self._shardings[dst]), reps)
+        return timer(lambda: move(like, self._shardings[dst]), reps)

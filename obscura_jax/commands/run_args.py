@@ -106,6 +106,10 @@ def add_process_args(p: argparse.ArgumentParser) -> None:
                    help="devices each process runs stages on (CPU: emulated devices; default 1)")
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="several hosts: process 0's address (or OBSCURA_COORDINATOR)")
+    g.add_argument("--data-across-processes", action="store_true",
+                   help="with --data-parallel D: split every stage's data axis over the processes (each "
+                        "holds D / processes data rows of every stage) instead of giving each process whole "
+                        "stage meshes")
     g.add_argument("--num-processes", default=None, metavar="N",
                    help="several hosts: processes in the run (or OBSCURA_NUM_PROCESSES)")
     g.add_argument("--process-id", default=None, metavar="I",
@@ -205,7 +209,8 @@ def run_config(args, **overrides) -> RunConfig:
         learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides), data_parallel=getattr(args, "data_parallel", None) or 1,
-        tensor_parallel=getattr(args, "tensor_parallel", None) or 1)
+        tensor_parallel=getattr(args, "tensor_parallel", None) or 1,
+        data_across_processes=getattr(args, "data_across_processes", False))
     kw.update(overrides)
     return RunConfig(**kw)
 

@@ -114,6 +114,18 @@ BAD = [
     (["--seed", str(2 ** 63)], f"--seed must be an integer in 0..9223372036854775807 (2**63 - 1), got {2 ** 63}"),
     (["--schedule", "interleaved", "--virtual-stages", "100000"],
      "--virtual-stages 100000 on 4 stages: number of stages must be <= 1024"),
+    # issue 21: stage meshes (BASE: 4 stages on cpu:4, micro-batch 2)
+    (["--data-parallel", "2"], "4 pipeline devices x 2 data x 1 tensor = 8 devices, but the run has 4 "
+                               "(--devices): they must be equal"),
+    (["--stages", "1", "--tensor-parallel", "3", "--devices", "cpu:3"],
+     "--tensor-parallel 3: llama2-tiny: attention heads (4) not divisible by tensor parallelism 3"),
+    (["--stages", "1", "--tensor-parallel", "8", "--devices", "cpu:8"],
+     "--tensor-parallel 8: llama2-tiny: attention heads (4) not divisible by tensor parallelism 8"),
+    (["--stages", "1", "--data-parallel", "4", "--devices", "cpu:4"],
+     "--micro-batch-size 2 is not divisible by --data-parallel 4"),
+    (["--data-parallel", "0"], "--data-parallel must be >= 1, got 0"),
+    (["--stages", "2", "--data-parallel", "2", "--devices", "cpu:4", "--stage-devices", "0,1"],
+     "--stage-devices places one device per stage: it does not combine with --data-parallel"),
 ]
 
 
@@ -218,3 +230,21 @@ def test_resume_checks_dtypes_and_skips_a_damaged_newest_checkpoint(tmp_path, ca
     assert json.loads((tmp_path / "r.json").read_text())["start_step"] == 1
     lines = (ck / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def test_a_checkpoint_resumes_only_on_its_layout(tmp_path, capsys):
+    """Issue 21: a checkpoint of a 2 x (1 data x 2 tensor) run resumes on that layout
+    (its sharded state restored per shard) and is refused on another before any work."""
+    ck = tmp_path / "ck"
+    mesh = ["--stages", "2", "--tensor-parallel", "2", "--devices", "cpu:4"]
+    assert train(*mesh, "--steps", "1", "--checkpoint-dir", str(ck)) == 0
+    out = tmp_path / "resumed.json"
+    assert train(*mesh, "--steps", "2", "--checkpoint-dir", str(ck), "--resume", "--json", str(out)) == 0
+    assert json.loads(out.read_text())["start_step"] == 1
+    capsys.readouterr()
+    before = snapshot(ck)
+    assert train("--stages", "2", "--data-parallel", "2", "--devices", "cpu:4", "--steps", "3",
+                 "--checkpoint-dir", str(ck), "--resume") == 2
+    err = capsys.readouterr().err.strip()
+    assert "checkpoint has layout '1 data x 2 tensor', this run has '2 data x 1 tensor'" in err and "\n" not in err
+    assert snapshot(ck) == before
