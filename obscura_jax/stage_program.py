@@ -34,19 +34,18 @@ is what ONE device of the stage holds.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
-
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
 from models.tensor_parallel import DATA_AXIS
 from obscura_jax.backward_split import split_backward
 from obscura_jax.stage_mesh import StageMesh, single
+from obscura_jax.stage_shards import _DATA, _WHOLE, DataShards, _spec
 
 # Where one pullback leaf comes from.
 _PARAM, _INPUT, _TARGETS, _KEPT = 0, 1, 2, 3
@@ -93,18 +92,11 @@ def _temp_bytes(compiled) -> int:
         return 0
 
 
-def _spec(x, sharding) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-
 def _plain(x) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
-_DATA, _WHOLE = P(DATA_AXIS), P()
-
-
-class StageProgram:
+class StageProgram(DataShards):
     """Compiled forward/backward of one stage on its device or stage mesh.
 
     `apply(params, x)` (or `apply(params, x, targets)` when `returns_loss`) is the
@@ -238,51 +230,6 @@ class StageProgram:
             return jax.tree.leaves(cotangents[0]) + ([] if self.takes_tokens else [cotangents[1]])
         local = [self._local_spec(a, self._stacks and i >= self._num_head) for i, a in enumerate(res_specs)]
         return backward, list(leaves) + local + [self._local_spec(dy_spec, False)], n
-
-    # ---- per data shard (identity on one device) ------------------------------------
-    @property
-    def _stacks(self) -> bool:
-        return not self.mesh.single
-
-    @property
-    def _dy_in(self) -> P:
-        return _WHOLE if self.returns_loss else _DATA
-
-    def _bytes(self, spec) -> int:
-        return self.mesh.shard_bytes(spec.shape, spec.dtype, spec.sharding)
-
-    def _local_spec(self, spec, stacked: bool) -> jax.ShapeDtypeStruct:
-        """One data shard's view of an array the mesh holds (stacked or batch-split)."""
-        shape = tuple(spec.shape)
-        if self._stacks and shape:
-            shape = shape[1:] if stacked else (shape[0] // self.mesh.data,) + shape[1:]
-        return jax.ShapeDtypeStruct(shape, spec.dtype)
-
-    def _stack(self, tree):
-        return jax.tree.map(lambda a: a[None], tree) if self._stacks else tree
-
-    def _unstack(self, res_leaves, slots=None):
-        """Residual leaves as the body sees them: the stage's own input and targets
-        arrive batch-split, everything a program stacked loses its data axis."""
-        if not self._stacks:
-            return tuple(res_leaves)
-        slots = range(len(res_leaves)) if slots is None else slots
-        return tuple(a if i < self._num_head else a[0] for i, a in zip(slots, res_leaves))
-
-    def _unstack_grads(self, grads):
-        return jax.tree.map(lambda a: a[0], grads) if self._stacks else grads
-
-    def _local_dy(self, dy):
-        # the loss is the mean of the D shards' means: each shard's cotangent is dy / D
-        return dy / self.mesh.data if self._stacks and self.returns_loss else dy
-
-    def _grads_spec(self):
-        """The gradient accumulator: the params' shardings, stacked over data on a mesh."""
-        if not self._stacks:
-            return self._params_spec
-        d = self.mesh.data
-        return jax.tree.map(lambda a: _spec(jax.ShapeDtypeStruct((d,) + tuple(a.shape), a.dtype),
-                                            self.mesh.stacked(a.sharding)), self._params_spec)
 
     def _forward_local(self, params, x, targets=None):
         out, kept = self._forward_traced(params, x, targets)

@@ -208,8 +208,8 @@ def run_config(args, **overrides) -> RunConfig:
         checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
         learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
-        model_overrides=tuple(model_overrides), data_parallel=getattr(args, "data_parallel", None) or 1,
-        tensor_parallel=getattr(args, "tensor_parallel", None) or 1,
+        model_overrides=tuple(model_overrides), data_parallel=_given(args, "data_parallel", 1),
+        tensor_parallel=_given(args, "tensor_parallel", 1),
         data_across_processes=getattr(args, "data_across_processes", False))
     kw.update(overrides)
     return RunConfig(**kw)
@@ -224,9 +224,14 @@ def weight_decay(args) -> float:
     return args.weight_decay
 
 
+def _given(args, name: str, default):
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
 def layout_width(args) -> int:
     """Devices per pipeline device (data x tensor), known without JAX."""
-    return (getattr(args, "data_parallel", None) or 1) * (getattr(args, "tensor_parallel", None) or 1)
+    return max(_given(args, "data_parallel", 1), 1) * max(_given(args, "tensor_parallel", 1), 1)
 
 
 def choose_devices(args, num_stages: int):
