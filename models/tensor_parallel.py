@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from models.config import ModelConfig
 from models.errors import ModelConfigError
 from models.registry import get_family
-from models.units import unit_kind
+from models.units import abstract_params, unit_kind
 
 TENSOR_AXIS = "tensor"
 DATA_AXIS = "data"
@@ -81,7 +81,6 @@ def check_tensor_parallel(cfg: ModelConfig, tensor: int, params_like=None) -> No
         raise ModelConfigError(f"{cfg.name}: KV heads ({cfg.num_kv_heads}) neither divide nor are divisible by "
                                f"tensor parallelism {tensor}")
     if params_like is None:
-        from models.units import abstract_params
         params_like = abstract_params(cfg)
     specs = tensor_specs(cfg, params_like, tensor)
     for (path, leaf), spec in zip(jax.tree_util.tree_flatten_with_path(params_like)[0],

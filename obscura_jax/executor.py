@@ -117,6 +117,19 @@ def _init_fn(optimizer, sharding):
     return jax.jit(optimizer.init, out_shardings=sharding)
 
 
+def _place_like_params(opt_state, params, param_shardings, replicated):
+    """An optimizer state on a stage mesh: every part shaped like the params (Adam's
+    moments) sharded as they are, the rest (a step count) replicated. XLA gives
+    zeros made in optimizer.init no sharding of their own."""
+    tree = jax.tree.structure(params)
+
+    def place(x):
+        if jax.tree.structure(x) == tree:
+            return jax.device_put(x, param_shardings)
+        return jax.tree.map(lambda a: jax.device_put(a, replicated), x)
+    return jax.tree.map(place, opt_state, is_leaf=lambda x: jax.tree.structure(x) == tree)
+
+
 @functools.lru_cache(maxsize=None)
 def make_optimizer(name: str = "adamw", learning_rate: float = 1e-3, weight_decay: float = 0.01):
     if learning_rate <= 0:
@@ -200,10 +213,8 @@ class PipelineExecutor:
             prog = self.programs[s]
             params = jax.device_put(stage_params[s], prog.param_shardings)
             opt_state = self._init[s](params)
-            if not prog.mesh.single:   # state made of constants (a step count) lands on one device
-                mesh = set(prog.mesh.devices)
-                opt_state = jax.tree.map(lambda a: a if a.sharding.device_set == mesh
-                                         else jax.device_put(a, prog.sharding), opt_state)
+            if not prog.mesh.single:
+                opt_state = _place_like_params(opt_state, params, prog.param_shardings, prog.sharding)
             states[s] = StageState(params, opt_state, prog.zero_grads(params))
         self._update = {s: compiled_update(self.optimizer, states[s].params, states[s].opt_state,
                                            states[s].grads, stacked=not self.programs[s].mesh.single)

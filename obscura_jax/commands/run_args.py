@@ -64,15 +64,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--virtual-stages", type=int, default=None, metavar="V",
                    help=f"model chunks per device of {' / '.join(CHUNKED)} (default 2): "
                         "--stages devices run stages x V model stages")
-    g.add_argument("--data-parallel", type=int, default=None, metavar="D",
-                   help="data parallelism inside each stage: every micro-batch splits over D devices "
-                        "(default 1; docs/parallelism.md)")
-    g.add_argument("--tensor-parallel", type=int, default=None, metavar="T",
-                   help="tensor parallelism inside each stage (Megatron layout over T devices; default 1); "
-                        "a run uses pipeline devices x D x T devices")
-    g.add_argument("--layout", default=None, metavar="ROW",
-                   help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX or FILE "
-                        "(its best row); sets stages, D, T, micro-batch size and policy")
+    add_layout_args(g)
     g.add_argument("--devices", default=None, metavar="cpu:N|gpu",
                    help="cpu:N = N emulated CPU devices; gpu = the visible GPUs (default: GPUs if any, "
                         "else one emulated CPU device per stage)")
@@ -96,6 +88,19 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost-reps", type=int, default=3,
                    help="repetitions when timing each stage for the simulator (default 3)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
+
+
+def add_layout_args(g) -> None:
+    """Data and tensor parallelism inside each stage (docs/parallelism.md)."""
+    g.add_argument("--data-parallel", type=int, default=None, metavar="D",
+                   help="data parallelism inside each stage: every micro-batch splits over D devices "
+                        "(default 1; docs/parallelism.md)")
+    g.add_argument("--tensor-parallel", type=int, default=None, metavar="T",
+                   help="tensor parallelism inside each stage (Megatron layout over T devices; default 1); "
+                        "a run uses pipeline devices x D x T devices")
+    g.add_argument("--layout", default=None, metavar="ROW",
+                   help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX or FILE "
+                        "(its best row); sets stages, D, T, micro-batch size and policy")
 
 
 def add_process_args(p: argparse.ArgumentParser) -> None:
