@@ -14,9 +14,10 @@ import statistics
 
 import numpy as np
 
+from obscura_jax.step_time import median_step, spread, timed
 from schedules.ir import Kind
 from schedules.simulator import iteration_time, on_one_device, stage_memory
-from schedules.timeline import Timeline
+from schedules.timeline import Timeline, with_recompute_shares
 
 
 def cpu_note(devices) -> str | None:
@@ -36,12 +37,15 @@ def summarize(out) -> dict:
     run, pipe = out.config, out.pipeline
     shape = pipe.shape
     logs = out.steps
-    timed = [s for s in logs[run.warmup_steps:] if not s.recorded] or logs[run.warmup_steps:] or logs
-    iteration = statistics.median(s.seconds for s in timed) if timed else None
-    step_time = ({"timed_steps": len(timed), "min": min(s.seconds for s in timed), "median": iteration,
-                  "max": max(s.seconds for s in timed)} if timed else None)
-    recorded = [s.seconds for s in logs if s.recorded]
+    # The one measured number (obscura_jax.step_time): the lower-median timed step,
+    # which is the step the timeline shows.
+    timed_logs = timed(logs, run.warmup_steps)
+    chosen = median_step(timed_logs)
+    iteration = out.chart_seconds if out.chart_seconds is not None else (chosen.seconds if chosen else None)
+    step_time = ({"timed_steps": len(timed_logs), **spread([s.seconds for s in timed_logs])}
+                 if timed_logs else None)
     sim = out.simulated
+    charted = measured_with_recompute(out)
     measured = out.measured
     update_time = out.update_seconds
     simulated_time = None
@@ -111,7 +115,11 @@ def summarize(out) -> dict:
         "steps": [s.step for s in logs], "losses": [s.loss for s in logs],
         "step_seconds": [s.seconds for s in logs],
         "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(devices),
-        "timeline_iteration_time": recorded[0] if recorded else None,
+        "timeline_iteration_time": out.chart_seconds, "timeline_step": out.chart_step,
+        "bubble_fraction": charted.bubble_fraction if charted is not None else None,
+        "recompute_fraction": charted.recompute_fraction if charted is not None else None,
+        "simulated_bubble_fraction": sim.bubble_fraction if sim is not None else None,
+        "simulated_recompute_fraction": sim.recompute_fraction if sim is not None else None,
         "simulated_iteration_time": simulated_time,
         "simulated_makespan": sim.makespan if sim is not None else None,
         "optimizer_time": update_time,
@@ -135,6 +143,19 @@ def summarize(out) -> dict:
             c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
         result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
+
+
+def measured_with_recompute(outcome) -> Timeline | None:
+    """The run's measured timeline with each backward's recompute share marked (from
+    the costs measured in the same run: a measured backward cannot be seen inside),
+    for drawing, traces and the recompute fraction."""
+    tl, measured = outcome.timeline, outcome.measured
+    if tl is None or measured is None:
+        return tl
+    stages = outcome.pipeline.schedule.stages
+    shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
+              for s, spec in enumerate(stages)]
+    return with_recompute_shares(tl, shares)
 
 
 def placed_as_written(stage_to_device, device_ids) -> bool:
