@@ -87,7 +87,7 @@ def train_report(res: dict) -> str:
                    "+ XLA scratch (no memory_stats for this stage alone)")
     if all("planned_peak_bytes" in st for st in res["stages"]):
         under = [str(s) for s, st in enumerate(res["stages"]) if st["planned_vs_measured_bytes"] < 0]
-        out.append("plan: predicted vs measured peak (weights + live activations, no XLA scratch): "
+        out.append("plan: predicted vs measured peak (weights + live activations + XLA scratch): "
                    + ", ".join(f"{format_bytes(st['planned_peak_bytes'])} / "
                                f"{format_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
                                for st in res["stages"])

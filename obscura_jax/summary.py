@@ -79,10 +79,10 @@ def summarize(out) -> dict:
         if sim is not None:
             row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim_own.stages[s].peak_activation_bytes
         if planned is not None:
-            # The plan predicts weights + kept activations; XLA's scratch is not in the
-            # profile format (plan with --reserve to leave room for it).
+            # The plan predicts weights + kept activations + the profile's XLA scratch:
+            # against the same accounting of this run (its programs' own scratch).
             row["planned_peak_bytes"] = planned[s]
-            row["planned_vs_measured_bytes"] = planned[s] - (weight + live)
+            row["planned_vs_measured_bytes"] = planned[s] - accounted
         if out.timeline is not None:
             row["measured"] = stage_measured(out.timeline, s, alone_on_row[s])
         stages.append(row)

@@ -40,7 +40,8 @@ from planner.errors import ProfileError
 from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
-_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes")
+_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
+                       "scratch_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
@@ -90,6 +91,7 @@ class UnitProfile:
     input_grad_time: float | None = None      # I of the split backward (None: bwd_time / 2)
     weight_grad_time: float | None = None     # W of the split backward (None: bwd_time / 2)
     weight_grad_bytes: float | None = None    # what a W holds from its I: weight ops' inputs + output cotangents
+    scratch_bytes: float | None = None        # XLA scratch (temp buffers) of its programs; None: not measured (0)
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
@@ -106,6 +108,11 @@ class UnitProfile:
     @property
     def op_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.ops)
+
+    @property
+    def scratch(self) -> float:
+        """XLA scratch of the unit's programs (0 for a profile that did not record it)."""
+        return self.scratch_bytes or 0.0
 
     @property
     def full_recompute(self) -> float:
