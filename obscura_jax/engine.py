@@ -53,7 +53,8 @@ def build_program(cfg, unit_range, policy, device, shape: BatchShape, split: boo
     """Compiled stage program; cached, since programs are immutable once built and
     pipelines in one process (compare, tests) share most stages. `split`: a stage
     that runs I/W only (its fused backward compiles on first use)."""
-    stage = models.build_stage(cfg, unit_range, policy)
+    # a unit's auxiliary loss joins the mean loss of the m micro-batches at 1/m (models.aux_loss)
+    stage = models.build_stage(cfg, unit_range, policy, aux_weight=1.0 / shape.microbatches)
     x_like = stage.input_spec(shape.micro_batch_size, shape.seq_len)
     targets_like = (jax.ShapeDtypeStruct((shape.micro_batch_size, shape.seq_len), np.int32)
                     if stage.is_last else None)

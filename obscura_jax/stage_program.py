@@ -122,12 +122,15 @@ class StageProgram:
         out_info = lowered.out_info
         self.output_spec = out_info[0]
         self.output_bytes = leaf_bytes(out_info[0])
-        kept_specs = [_spec(s, self.sharding) for s in out_info[1]]
+        self._fwd = lowered.compile()
+        # an offloaded residual (a policy's offload set) lives in host memory: the
+        # compiled forward's output shardings carry its memory kind
+        kept_specs = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
+                      for s, sh in zip(out_info[1], self._fwd.output_shardings[1])]
         res_specs = (([x_spec] if self.layout.keeps_input else [])
                      + ([t_spec] if self.layout.keeps_targets else []) + kept_specs)
         self.residual_leaf_bytes = tuple(leaf_bytes(s) for s in res_specs)
         self.residual_bytes = sum(self.residual_leaf_bytes)
-        self._fwd = lowered.compile()
         dy_spec = _spec(jax.ShapeDtypeStruct(out_info[0].shape, out_info[0].dtype), self.sharding)
         self.temp_bytes = _temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
