@@ -115,10 +115,9 @@ models.register_config(models.ModelConfig(
     ffn_hidden=64, max_seq_len=64, compute_dtype="float32", attention_impl="xla"))
 
 
-def check_with_the_cli(module: str, schedules=("1f1b", "obscura", "zb-h1")) -> int:
-    """`obscura train --check` of `module`'s first config under each schedule on 4
-    emulated devices; the exit code of the first that differs (0: all equal)."""
-    model = "moe-tiny" if module.endswith("moe.py") else "parallel-tiny"
+def check_with_the_cli(module: str, model: str, schedules=("1f1b", "obscura", "zb-h1")) -> int:
+    """`obscura train --check` of `model` (registered by `module`) under each schedule
+    on 4 emulated devices; the exit code of the first that differs (0: all equal)."""
     for name in schedules:
         extra = ["--adjusted", "1", "--adjusted-policy", "cmb"] if name == "obscura" else []
         r = subprocess.run([sys.executable, "-m", "obscura_jax", "train", "--model", model, "--model-module", module,
@@ -133,4 +132,4 @@ def check_with_the_cli(module: str, schedules=("1f1b", "obscura", "zb-h1")) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(check_with_the_cli(str(Path(__file__).resolve())))
+    sys.exit(check_with_the_cli(str(Path(__file__).resolve()), "moe-tiny"))

@@ -158,7 +158,7 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
         full = working_bytes(profile, units, {FULL})
         if not _whole_layer_mlps(profile, units):
             return full
-        return max(full, profile.unit("attn").recomputed_bytes({FULL}) + profile.unit("mlp").recomputed_bytes({FULL}))
+        return max(full, sum(profile.unit(k).recomputed_bytes({FULL}) for k in profile.layer_kinds))
     kinds = set(profile.kinds[units[0]:units[1]])
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 

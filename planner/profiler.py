@@ -86,7 +86,7 @@ class ProfileRun:
 
 
 def _unit_range(cfg, kind: str) -> tuple[int, int]:
-    return {"embed": (0, 1), "attn": (1, 2), "mlp": (2, 3),
+    return {"embed": (0, 1), "attn": (1, 2), "mlp": (2, 3), "block": (1, 2),
             "head": (cfg.num_units - 1, cfg.num_units)}[kind]
 
 
@@ -125,7 +125,7 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
     run = ProfileRun(profile=None)  # type: ignore[arg-type]
     start = time.perf_counter()
     units = {}
-    for kind in ("embed", "attn", "mlp", "head"):
+    for kind in models.get_family(cfg.family).kinds:     # embed, attn, mlp, head (or block)
         unit_range = _unit_range(cfg, kind)
         choice = [o for o in models.unit_ops(cfg.family, kind) if o in offered]
         policies = [models.resolve_policy(sorted(choice[j:]) or "none", cfg.family)
@@ -169,7 +169,9 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
             f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed), XLA scratch {timing.temp_bytes} B")
         del params
-    layer = _layer_recompute(cfg, seq_len, micro_batch, device, time_unit, reps) if cfg.num_layers else None
+    # (a parallel block is one unit per layer: `layer` is its `full`, priced by the unit)
+    paired = models.get_family(cfg.family).layer_kinds == ("attn", "mlp")
+    layer = _layer_recompute(cfg, seq_len, micro_batch, device, time_unit, reps) if cfg.num_layers and paired else None
     if layer is not None:
         say(f"layer (one checkpoint over attn + mlp): recompute {layer * 1e3:.3f} ms")
     hb, pb, pl = _bandwidths(cfg, seq_len, micro_batch, device, reps, run.notes)
@@ -208,7 +210,7 @@ def _layer_recompute(cfg, seq_len: int, micro_batch: int, device, time_unit: Tim
     n = max(1, min(LAYER_SPAN, cfg.num_layers))
     span = (1, 1 + 2 * n)
     params = jax.device_put(models.init_params(cfg, 0, span), device)
-    x, _ = _inputs(cfg, "attn", seq_len, micro_batch, device)
+    x, _ = _inputs(cfg, "mlp", seq_len, micro_batch, device)
     times = {name: time_unit(cfg, span, models.resolve_policy(name, cfg.family), device, params, x, None,
                              reps).bwd for name in ("none", "layer")}
     return max(times["layer"] - times["none"], 0.0) / n
