@@ -139,7 +139,8 @@ def measure_stage(model, unit_range, policy="none", *, micro_batch_size: int = 2
     (a preset, op names, or a models.RecomputePolicy), compiled as the engine
     compiles it and timed standalone on `device` (default: the first JAX device):
     StageTiming(fwd, bwd seconds (median of `reps` steady-state samples), residual_bytes kept per
-    micro-batch, temp_bytes of XLA scratch)."""
+    micro-batch, temp_bytes of XLA scratch, and fwd_range / bwd_range: {"min", "median", "max"}
+    of the samples, how much the timing spread)."""
     cfg = models.get_config(model) if isinstance(model, str) else model
     device = device or jax.devices()[0]
     unit_range = tuple(unit_range)
