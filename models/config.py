@@ -83,7 +83,9 @@ class ModelConfig:
 
     @property
     def num_units(self) -> int:
-        return 2 * self.num_layers + 2
+        """2L+2 (embed, attn_i, mlp_i, head), or L+2 for a parallel-block family."""
+        from models.registry import get_family  # lazy: the registry imports this module's users
+        return len(get_family(self.family).layer_kinds) * self.num_layers + 2
 
     @property
     def compute_bytes(self) -> int:

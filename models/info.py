@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from models.config import ModelConfig, ModelConfigError
 from models.layers import resolve_attention_impl
-from models.registry import UNIT_KINDS, ops_for, preset_names, preset_ops, unit_ops
+from models.registry import get_family, ops_for, preset_names, preset_ops, unit_ops
 from models.policy import RecomputePolicy, resolve_policy
 from models.stage import unit_apply_fn
 from models.units import (abstract_unit_params, count_params, leaf_bytes, tree_bytes, tree_size,
@@ -64,8 +64,8 @@ def _input_specs(cfg: ModelConfig, kind: str, seq_len: int, micro_batch: int) ->
 
 def unit_residuals(cfg: ModelConfig, kind: str, policy, seq_len: int, micro_batch: int) -> Residuals:
     """Measured residual bytes of one unit of `kind` under `policy`."""
-    if kind not in UNIT_KINDS:
-        raise ModelConfigError(f"unknown unit kind {kind!r}; valid: {', '.join(UNIT_KINDS)}")
+    if kind not in get_family(cfg.family).kinds:
+        raise ModelConfigError(f"unknown unit kind {kind!r}; valid: {', '.join(get_family(cfg.family).kinds)}")
     check_sizes(cfg, seq_len, micro_batch)
     pol = policy if isinstance(policy, RecomputePolicy) else resolve_policy(policy, cfg.family)
     fn = unit_apply_fn(cfg, kind, pol)
@@ -125,7 +125,7 @@ def op_act_bytes(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict[str, 
     alone frees nothing while q_rope is saved (use unit_residual_bytes for the
     exact figure of any set)."""
     out: dict[str, int] = {}
-    for kind in UNIT_KINDS:
+    for kind in get_family(cfg.family).kinds:
         ops = unit_ops(cfg.family, kind)
         all_ops = set(preset_ops("full", cfg.family))
         prev = unit_residual_bytes(cfg, kind, "full", seq_len, micro_batch)
@@ -141,9 +141,10 @@ def layer_residual_bytes(cfg: ModelConfig, policy, seq_len: int, micro_batch: in
     """Measured device residual bytes of one attention + MLP layer under `policy`
     (under `layer`: the layer's input, what its one checkpoint keeps)."""
     pol = policy if isinstance(policy, RecomputePolicy) else resolve_policy(policy, cfg.family)
+    layer = get_family(cfg.family).layer_kinds
     if pol.layer:
-        return unit_input_bytes(cfg, "attn", seq_len, micro_batch)
-    return sum(unit_residual_bytes(cfg, k, policy, seq_len, micro_batch) for k in ("attn", "mlp"))
+        return unit_input_bytes(cfg, layer[0], seq_len, micro_batch)
+    return sum(unit_residual_bytes(cfg, k, policy, seq_len, micro_batch) for k in layer)
 
 
 def flops_params(cfg: ModelConfig) -> int:
@@ -166,7 +167,7 @@ def model_info(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict:
     check_sizes(cfg, seq_len, micro_batch)
     act = op_act_bytes(cfg, seq_len, micro_batch)
     kinds = {}
-    for kind in UNIT_KINDS:
+    for kind in get_family(cfg.family).kinds:
         params = abstract_unit_params(cfg, kind)
         kinds[kind] = {
             "params": tree_size(params),
@@ -180,7 +181,7 @@ def model_info(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict:
         measured = layer_residual_bytes(cfg, pol, seq_len, micro_batch)
         formula = sum(kinds[k]["input_bytes"] + sum(
             v["act_bytes"] for op, v in kinds[k]["ops"].items() if op not in pol.recompute)
-            for k in ("attn", "mlp"))
+            for k in get_family(cfg.family).layer_kinds)
         policies[name] = {"recompute": [o for o in ops_for(cfg.family) if o in pol.recompute],
                           "residual_bytes_per_layer": measured,
                           "op_sum_bytes_per_layer": formula}

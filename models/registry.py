@@ -25,7 +25,9 @@ name in models.config (register_config). `load_model_module` imports a user's
 module (a dotted name or a .py path) that registers its own models: the CLI's
 `--model-module`.
 
-A model is 2L+2 units: embed, attn_0, mlp_0, ..., attn_{L-1}, mlp_{L-1}, head.
+A model is 2L+2 units: embed, attn_0, mlp_0, ..., attn_{L-1}, mlp_{L-1}, head; or,
+for a parallel-block family (units embed, block, head: GPT-NeoX / Falcon, whose
+block sums attention and MLP of the same input), L+2: embed, block_0, ..., head.
 The embed module takes int tokens [B,T] and returns [B,T,D]; attn and mlp map
 [B,T,D] -> [B,T,D]; the head is called as head(x, targets, tied_table) -> scalar
 mean loss and has head.logits(x, tied_table) -> [B,T,V] (tied_table is None unless
@@ -44,6 +46,11 @@ from typing import Callable, Mapping, Sequence
 from models.errors import ModelConfigError
 
 UNIT_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "head")
+# A parallel block (GPT-NeoX, Falcon): attention and MLP read the same input and
+# their outputs are summed, y = x + attn(x) + mlp(x); one unit per layer.
+BLOCK_KINDS: tuple[str, ...] = ("embed", "block", "head")
+LAYOUTS = (UNIT_KINDS, BLOCK_KINDS)
+ALL_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "block", "head")
 ALWAYS_PRESETS: tuple[str, ...] = ("none", "full")
 LAYER = "layer"   # policy name: one checkpoint per transformer layer (models.policy); reserved
 
@@ -66,9 +73,19 @@ class ModelFamily:
     def preset_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.presets)
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Its unit kinds: UNIT_KINDS, or BLOCK_KINDS for a parallel-block family."""
+        return tuple(k for k, _ in self.units)
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """The unit kinds of one layer, in order: ("attn", "mlp") or ("block",)."""
+        return self.kinds[1:-1]
+
     def unit_ops(self, kind: str) -> tuple[str, ...]:
-        if kind not in UNIT_KINDS:
-            raise ModelConfigError(f"unknown unit kind {kind!r}; valid: {', '.join(UNIT_KINDS)}")
+        if kind not in self.kinds:
+            raise ModelConfigError(f"unknown unit kind {kind!r} for {self.name}; valid: {', '.join(self.kinds)}")
         return dict(self.kind_ops)[kind]
 
     def op_kind(self, op: str) -> str:
@@ -105,13 +122,16 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
     again (a module imported twice) replaces it quietly."""
     if not isinstance(name, str) or not name:
         raise ModelConfigError("a model family needs a non-empty name")
+    layout = next((kinds for kinds in LAYOUTS if isinstance(units, Mapping) and set(units) == set(kinds)),
+                  UNIT_KINDS)
     for what, given in (("units", units), ("ops", ops)):
-        if not isinstance(given, Mapping) or set(given) != set(UNIT_KINDS):
+        if not isinstance(given, Mapping) or set(given) != set(layout):
             have = sorted(given) if isinstance(given, Mapping) else type(given).__name__
             raise ModelConfigError(f"family {name!r}: {what} must map each unit kind "
-                                   f"{', '.join(UNIT_KINDS)} (got {have})")
+                                   f"{', '.join(UNIT_KINDS)} (or, for a parallel block, "
+                                   f"{', '.join(BLOCK_KINDS)}) (got {have})")
     kind_ops, seen = [], set()
-    for kind in UNIT_KINDS:
+    for kind in layout:
         names = (ops[kind],) if isinstance(ops[kind], str) else tuple(ops[kind])
         bad = [o for o in names if not isinstance(o, str) or not o or o in ("full", LAYER)]
         if bad:
@@ -135,13 +155,13 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
             raise ModelConfigError(f"family {name!r}: preset {pname!r} names unknown op(s) "
                                    f"{', '.join(unknown)}")
         preset_list.append((pname, pset))
-    for kind in UNIT_KINDS:
+    for kind in layout:
         ref = units[kind]
         if not (isinstance(ref, type) or (isinstance(ref, str) and ":" in ref)):
             raise ModelConfigError(f"family {name!r}: units[{kind!r}] must be a module class or a "
                                    f"'module:Class' string, got {ref!r}")
-    family = ModelFamily(name, tuple((k, units[k]) for k in UNIT_KINDS), tuple(kind_ops),
-                         tuple(preset_list), check, _tensor_layout(name, tensor_parallel))
+    family = ModelFamily(name, tuple((k, units[k]) for k in layout), tuple(kind_ops),
+                         tuple(preset_list), check, _tensor_layout(name, tensor_parallel, layout))
     old = _FAMILIES.get(name)
     if old is not None and not replace and _definition(old) != _definition(family):
         raise ModelConfigError(f"model family {name!r} is already registered with other units, ops or "
@@ -153,14 +173,14 @@ def register_family(name: str, *, units: Mapping[str, object], ops: Mapping[str,
 TENSOR_ROLES = ("column", "row", "kv_column")
 
 
-def _tensor_layout(name: str, given) -> tuple:
+def _tensor_layout(name: str, given, kinds: tuple[str, ...]) -> tuple:
     if given is None:
         return ()
-    if not isinstance(given, Mapping) or not set(given) <= set(UNIT_KINDS):
+    if not isinstance(given, Mapping) or not set(given) <= set(kinds):
         raise ModelConfigError(f"family {name!r}: tensor_parallel must map unit kinds "
-                               f"({', '.join(UNIT_KINDS)}) to {{'module/param': role}}")
+                               f"({', '.join(kinds)}) to {{'module/param': role}}")
     layout = []
-    for kind in UNIT_KINDS:
+    for kind in kinds:
         rules = given.get(kind, {})
         bad = [(k, r) for k, r in rules.items() if not isinstance(k, str) or r not in TENSOR_ROLES]
         if bad:

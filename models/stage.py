@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.aux_loss import split_output, with_aux
 from models.config import ModelConfig, ModelConfigError
 from models.policy import RecomputePolicy, resolve_policy
 from models.registry import format_units
@@ -53,7 +54,10 @@ def layer_apply_fn(cfg: ModelConfig):
     attn, mlp = unit_graphdef(cfg, "attn"), unit_graphdef(cfg, "mlp")
 
     def run(attn_params, mlp_params, x):
-        return nnx.merge(mlp, mlp_params)(nnx.merge(attn, attn_params)(x))
+        h, aux_a = split_output(nnx.merge(attn, attn_params)(x), "attn")
+        y, aux_m = split_output(nnx.merge(mlp, mlp_params)(h), "mlp")
+        auxes = [a for a in (aux_a, aux_m) if a is not None]
+        return (y, sum(auxes)) if auxes else y
     return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)
 
 
@@ -62,6 +66,7 @@ class Stage:
     cfg: ModelConfig
     unit_range: tuple[int, int]
     policy: RecomputePolicy
+    aux_weight: float = 1.0       # the micro-batch's share of the loss: units' aux losses (models.aux_loss)
     _fns: dict = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -117,13 +122,14 @@ class Stage:
             name, kind = names[i], unit_kind(names[i])
             i += 1
             if self.policy.layer and kind == "attn" and i < len(names) and unit_kind(names[i]) == "mlp":
-                x = self._fns["layer"](params[name], params[names[i]], x)
+                out = self._fns["layer"](params[name], params[names[i]], x)
                 i += 1
             elif kind == "head":
                 table = params["embed"]["tokens"]["embedding"] if self.cfg.tie_embeddings else None
-                x = self._fns["head"](params["head"], x, targets, table)
+                return self._fns["head"](params["head"], x, targets, table)
             else:
-                x = self._fns[kind](params[name], x)
+                out = self._fns[kind](params[name], x)
+            x = with_aux(*split_output(out, name), self.aux_weight)
         return x
 
 
@@ -139,11 +145,12 @@ def _check_input(stage: Stage, x) -> None:
         raise ModelConfigError(f"hidden size {x.shape[-1]} != {stage.cfg.hidden}")
 
 
-def build_stage(cfg: ModelConfig, unit_range, policy=None) -> Stage:
+def build_stage(cfg: ModelConfig, unit_range, policy=None, aux_weight: float = 1.0) -> Stage:
     """A stage over the half-open `unit_range`; `policy` is a RecomputePolicy or
-    anything `resolve_policy` takes (default 'none')."""
+    anything `resolve_policy` takes (default 'none'); `aux_weight`: the weight of
+    its units' auxiliary losses (1/m in a pipeline of m micro-batches)."""
     return Stage(cfg, tuple(unit_range) if not isinstance(unit_range, tuple) else unit_range,
-                 _as_policy(policy, cfg))
+                 _as_policy(policy, cfg), float(aux_weight))
 
 
 def model_loss(cfg: ModelConfig, params: dict, tokens, targets, policy=None):
@@ -160,5 +167,5 @@ def model_logits(cfg: ModelConfig, params: dict, tokens):
         if kind == "head":
             table = params["embed"]["tokens"]["embedding"] if cfg.tie_embeddings else None
             return module.logits(x, table)
-        x = module(x)
+        x, _ = split_output(module(x), name)
     raise AssertionError("unreachable: the last unit is the head")

@@ -1,6 +1,7 @@
 """Partition units and their parameters.
 
-A model is 2L+2 units: embed, attn_0, mlp_0, ..., attn_{L-1}, mlp_{L-1}, head.
+A model is 2L+2 units: embed, attn_0, mlp_0, ..., attn_{L-1}, mlp_{L-1}, head
+(L+2 for a parallel-block family: embed, block_0, ..., block_{L-1}, head).
 Params are a plain dict keyed by unit name; each value is the pure-dict state of
 that unit's NNX module (nested dicts of arrays), so optax, orbax and jax.tree
 work on it directly and a stage's subset is a dict slice.
@@ -17,23 +18,24 @@ from flax import nnx
 from models.config import ModelConfig, ModelConfigError
 from models.registry import get_family
 
-_UNIT_RE = re.compile(r"(attn|mlp)_(\d+)")
+_UNIT_RE = re.compile(r"(attn|mlp|block)_(\d+)")
 
 
 def unit_names(cfg: ModelConfig) -> list[str]:
     names = ["embed"]
+    layer = get_family(cfg.family).layer_kinds    # attn, mlp; or block (a parallel block)
     for i in range(cfg.num_layers):
-        names += [f"attn_{i}", f"mlp_{i}"]
+        names += [f"{k}_{i}" for k in layer]
     return names + ["head"]
 
 
 def unit_kind(name: str) -> str:
-    """'embed' | 'attn' | 'mlp' | 'head' for a unit name."""
+    """'embed' | 'attn' | 'mlp' | 'block' | 'head' for a unit name."""
     if name in ("embed", "head"):
         return name
     m = _UNIT_RE.fullmatch(name)
     if not m:
-        raise ModelConfigError(f"unknown unit {name!r}; units are embed, attn_<i>, mlp_<i>, head")
+        raise ModelConfigError(f"unknown unit {name!r}; units are embed, attn_<i>, mlp_<i> (or block_<i>), head")
     return m.group(1)
 
 
@@ -142,15 +144,16 @@ def unit_param_count(cfg: ModelConfig, kind: str) -> int:
 def count_params(cfg: ModelConfig) -> int:
     """Exact parameter count, from abstract shapes."""
     return (unit_param_count(cfg, "embed") + unit_param_count(cfg, "head")
-            + cfg.num_layers * (unit_param_count(cfg, "attn") + unit_param_count(cfg, "mlp")))
+            + cfg.num_layers * sum(unit_param_count(cfg, k) for k in get_family(cfg.family).layer_kinds))
 
 
 def stage_params(params: dict, unit_range, cfg: ModelConfig | None = None) -> dict:
     """The subset of `params` a stage over `unit_range` needs (a dict slice)."""
     if cfg is None:
         # Unit names are recoverable from the dict itself: embed, attn_i/mlp_i, head.
-        num_layers = sum(1 for k in params if k.startswith("attn_"))
-        names = ["embed"] + [f"{k}_{i}" for i in range(num_layers) for k in ("attn", "mlp")] + ["head"]
+        layer = ("block",) if any(k.startswith("block_") for k in params) else ("attn", "mlp")
+        num_layers = sum(1 for k in params if k.startswith(f"{layer[0]}_"))
+        names = ["embed"] + [f"{k}_{i}" for i in range(num_layers) for k in layer] + ["head"]
         start, end = int(unit_range[0]), int(unit_range[1])
         if not 0 <= start < end <= len(names):
             raise ModelConfigError(f"unit range [{start}, {end}) outside the {len(names)} units")

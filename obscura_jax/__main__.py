@@ -2,16 +2,18 @@
 line on (obscura_jax.interrupt), before the command line's imports: an import cut short
 is an interrupt too, with the same line and exit code (130) as one during a command."""
 import os
+import sys
 
 from obscura_jax import interrupt
 
 interrupt.install()
+interrupt.note_train_argv(sys.argv[1:])   # a train's Ctrl-C line names its last checkpoint
 
 
 def _interrupted() -> None:
     """Ctrl-C before the command line's own handling took over (its imports, entry's
     first lines): uncaught there, the interpreter would kill itself silently (-SIGINT)."""
-    os.write(2, b"obscura: interrupted\n")
+    os.write(2, (interrupt.interrupted_line() + "\n").encode())
     os._exit(130)
 
 

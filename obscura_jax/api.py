@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 import models
 import schedules
-from obscura_jax import summary, trainer
+from obscura_jax import summary, trace_run, trainer
 from obscura_jax.checks import check_against_reference
 from obscura_jax.data import BatchShape
 from obscura_jax.devices import parse_devices
@@ -32,9 +32,9 @@ from obscura_jax.measure import CostTiming, StageTiming, time_stage, time_unit_p
 from obscura_jax.placement import Placement, place_stages
 from obscura_jax.report import train_report
 from obscura_jax.run_config import RunConfig
+from obscura_jax.summary import measured_with_recompute
 from planner import profiler
-from schedules.ir import Kind
-from schedules.timeline import Timeline, with_recompute_shares
+from schedules.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,23 @@ class TrainResult:
         return self.outcome.simulated
 
     def gantt(self, path_png, title: str | None = None) -> list:
-        """Draw the measured timeline (PNG and SVG; recompute hatched at its measured
-        share of each backward); the files written."""
+        """Draw the measured timeline (the PNG, and an SVG beside it; recompute hatched
+        at its measured share of each backward); returns the files written."""
         from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
         if self.timeline is None:
             return []
         return draw_gantt(measured_with_recompute(self.outcome), path_png, time_unit="s",
                           title=title or f"{self.summary['schedule']} measured ({self.summary['model']})")
+
+    def trace(self) -> dict | None:
+        """The measured step as trace-event JSON (obscura_jax.trace_run): a track per
+        stage, swap and transfer tracks, recompute inside each backward; it spans the
+        measured iteration time. None when nothing was recorded."""
+        return trace_run.measured_trace(self.outcome)
+
+    def write_trace(self, path) -> list:
+        """Write `trace()` to `path` (ui.perfetto.dev); returns the files written."""
+        return [path] if trace_run.write_measured_trace(self.outcome, path) else []
 
     def params(self) -> dict:
         """The whole model's trained params (unit name -> tree), on the host."""
@@ -101,18 +111,6 @@ def placement_for(devices=None):
     return place_on
 
 
-def measured_with_recompute(outcome: trainer.TrainOutcome) -> Timeline | None:
-    """The run's measured timeline with each backward's recompute share marked (from
-    the costs measured in the same run), for drawing."""
-    tl, measured = outcome.timeline, outcome.measured
-    if tl is None or measured is None:
-        return tl
-    stages = outcome.pipeline.schedule.stages
-    shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
-              for s, spec in enumerate(stages)]
-    return with_recompute_shares(tl, shares)
-
-
 def summarize(outcome: trainer.TrainOutcome) -> dict:
     """The run's JSON-ready summary (obscura_jax.summary.summarize) with what the run config
     adds: each stage's `adjusted` in the plan's sense (obscura_jax.run_config.
@@ -128,9 +126,10 @@ def summarize(outcome: trainer.TrainOutcome) -> dict:
     return res
 
 
-def train(run: RunConfig, *, devices=None, progress: bool = False, log=print) -> TrainResult:
-    """Run `run` (a RunConfig) on `devices` (see placement_for) and summarise it."""
-    outcome = trainer.train(run, placement_for(devices), progress=progress, log=log)
+def train(run: RunConfig, *, devices=None, progress: bool = False, log=print, xla_profile=None) -> TrainResult:
+    """Run `run` (a RunConfig) on `devices` (see placement_for) and summarise it;
+    `xla_profile`: a directory: the timed steps run inside `jax.profiler.trace`."""
+    outcome = trainer.train(run, placement_for(devices), progress=progress, log=log, xla_profile=xla_profile)
     return TrainResult(summarize(outcome), outcome)
 
 
@@ -140,7 +139,8 @@ def measure_stage(model, unit_range, policy="none", *, micro_batch_size: int = 2
     (a preset, op names, or a models.RecomputePolicy), compiled as the engine
     compiles it and timed standalone on `device` (default: the first JAX device):
     StageTiming(fwd, bwd seconds (median of `reps` steady-state samples), residual_bytes kept per
-    micro-batch, temp_bytes of XLA scratch)."""
+    micro-batch, temp_bytes of XLA scratch, and fwd_range / bwd_range: {"min", "median", "max"}
+    of the samples, how much the timing spread)."""
     cfg = models.get_config(model) if isinstance(model, str) else model
     device = device or jax.devices()[0]
     unit_range = tuple(unit_range)

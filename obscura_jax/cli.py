@@ -13,8 +13,9 @@ one line `obscura: error: ...` and exit code 2; a flag argparse rejects, as one 
 `obscura CMD: error: ... (see obscura CMD --help)`, exit 2 (OneLineParser). A value
 that starts with '-' (`--memory-limit -1GiB`, `--warmup -1,2`) is read as the
 flag's value, so its own check answers (OBSCURA_DEBUG=1 shows the
-traceback instead); anything else is a bug: its traceback, a line asking to report
-it, exit code 1. The paper-figure and benchmark scripts answer the same way
+traceback instead); an exception raised in a user's model module is blamed on it:
+one line naming its file, line and function, exit 2 (obscura_jax.blame); anything
+else is a bug: its traceback, a line asking to report it, exit code 1. The paper-figure and benchmark scripts answer the same way
 (`run_command`).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import traceback
 from typing import Callable
 
 from models.errors import ObscuraError
-from obscura_jax import interrupt
+from obscura_jax import blame, interrupt
 from obscura_jax.cli_files import check_files
 from obscura_jax.environment import check_environment
 from models.registry import load_model_module
@@ -103,9 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_model_modules(args) -> None:
-    """Import what --model-module names (before anything looks a model up)."""
+    """Import what --model-module names (before anything looks a model up); an
+    error raised in their code later is blamed on them (obscura_jax.blame)."""
     for spec in getattr(args, "model_module", None) or ():
-        load_model_module(spec)
+        module = load_model_module(spec)
+        blame.note_user_module(module, spec if spec.strip().endswith(".py") else None)
 
 
 def error_line(err: BaseException) -> str:
@@ -117,7 +120,8 @@ def error_line(err: BaseException) -> str:
 
 
 def interrupted(prog: str) -> int:
-    print(f"{prog}: interrupted", file=sys.stderr)
+    """One line (for a train: its last complete checkpoint step), exit 130."""
+    print(interrupt.interrupted_line(prog), file=sys.stderr)
     return 130
 
 
@@ -167,7 +171,8 @@ class StdoutAfterReader:
 
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """body() -> exit code. An ObscuraError or OSError is bad input: one line
-    `<prog>: error: ...`, exit 2. Anything else is a bug: traceback, a line asking
+    `<prog>: error: ...`, exit 2, as is an exception raised in a user's model module
+    (the line names its file and line). Anything else is a bug: traceback, a line asking
     to report it, exit 1. Ctrl-C: exit 130. A closed stdout pipe that stopped it
     (where stdout is not a StdoutAfterReader): exit 141, silent."""
     try:
@@ -185,9 +190,13 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
             raise
         print(f"{prog}: error: {error_line(e)}", file=sys.stderr)
         return 2
-    except Exception:  # a bug: show where, and ask for the report
+    except Exception as e:  # a bug: show where, and ask for the report
         if interrupt.requested():
             return interrupted(prog)
+        blamed = None if os.environ.get("OBSCURA_DEBUG") else blame.blame_line(e)
+        if blamed is not None:   # not ours: the user's model module raised it
+            print(f"{prog}: error: {blamed}", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print(f"{prog}: internal error (a bug): please report it with the traceback above",
               file=sys.stderr)

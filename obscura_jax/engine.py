@@ -57,7 +57,9 @@ def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool
     share most stages. `split`: a stage that runs I/W only (its fused backward
     compiles on first use)."""
     mesh = where if isinstance(where, StageMesh) else single(where)
-    stage = models.build_stage(cfg, unit_range, policy)
+    # a unit's auxiliary loss joins the mean loss of the m micro-batches at 1/m
+    # (models.aux_loss); on D data shards each shard's at 1/(m D)
+    stage = models.build_stage(cfg, unit_range, policy, aux_weight=1.0 / (shape.microbatches * mesh.data))
     x_like = stage.input_spec(shape.micro_batch_size, shape.seq_len)
     targets_like = (jax.ShapeDtypeStruct((shape.micro_batch_size, shape.seq_len), np.int32)
                     if stage.is_last else None)

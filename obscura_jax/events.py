@@ -15,6 +15,10 @@ An action's start is inferred as what an in-order device implies:
 the consumer. Error sources, stated honestly: a ready time is observed when the
 waiter thread next runs (the GIL switch interval is lowered to 0.1 ms while
 recording), and on emulated CPU devices "concurrent" stages share the host's cores.
+
+Transfers between stages are noted where the transport delivers them
+(`transferred`): a waiter per consumer device times each copy until it is ready, so
+a measured trace shows them on their own track (`infer_transfers`).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from schedules.deps import dependencies
 from schedules.ir import Action, Kind
 
 _LANE = {Kind.F: "compute", Kind.B: "compute", Kind.I: "compute", Kind.W: "compute", Kind.SO: "swap_out", Kind.SI: "swap_in"}
+TRANSFER_LANE = "transfer"
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,27 @@ class ActionEvent:
     device: int          # device id of the stage
     dispatched: float    # perf_counter seconds
     ready: float
+
+
+@dataclass(frozen=True)
+class TransferEvent:
+    """A stage-to-stage message that arrived on its consumer's device: `delivered`
+    when the transport handed it over (its copy issued), `ready` when the copy was done."""
+    message: str         # "2F3->3F3" (obscura_jax.messages.Message)
+    src: int             # producing stage
+    dst: int             # consuming stage
+    device: int          # device id of the consumer
+    delivered: float
+    ready: float
+
+
+@dataclass(frozen=True)
+class MeasuredTransfer:
+    message: str
+    src: int
+    dst: int
+    start: float         # seconds from the step's start: when the copy could begin
+    end: float
 
 
 @dataclass(frozen=True)
@@ -53,6 +79,7 @@ class EventRecorder:
         self._queues: dict[tuple[int, str], queue.Queue] = {}
         self._threads: list[threading.Thread] = []
         self._events: list[ActionEvent] = []
+        self._transfers: list[TransferEvent] = []
         self._lock = threading.Lock()
         self._switch = None
 
@@ -69,18 +96,30 @@ class EventRecorder:
             item = q.get()
             if item is None:
                 return
-            action, device, arrays, dispatched = item
+            note, arrays = item
             try:
                 jax.block_until_ready(arrays)
             except Exception:  # a failed computation surfaces in the main thread
                 pass
             ready = time.perf_counter()
             with self._lock:
-                self._events.append(ActionEvent(action, device, dispatched, ready))
+                if isinstance(note, ActionEvent):
+                    self._events.append(ActionEvent(note.action, note.device, note.dispatched, ready))
+                else:
+                    self._transfers.append(TransferEvent(*note, ready))
 
     def issued(self, action: Action, arrays: tuple, dispatched: float) -> None:
         device = self._device_of[action.stage]
-        key = (device, _LANE[action.kind])
+        self._enqueue((device, _LANE[action.kind]), ActionEvent(action, device, dispatched, 0.0), arrays)
+
+    def transferred(self, msg, value) -> None:
+        """A transport delivered message `msg` (obscura_jax.messages.Message) as
+        `value` on its consumer's device: timed on that device's transfer lane."""
+        device = self._device_of[msg.dst]
+        self._enqueue((device, TRANSFER_LANE), (str(msg), msg.src, msg.dst, device, time.perf_counter()),
+                      (value,))
+
+    def _enqueue(self, key, note, arrays) -> None:
         with self._lock:    # workers of several devices record at once
             q = self._queues.get(key)
             if q is None:
@@ -88,7 +127,12 @@ class EventRecorder:
                 t = threading.Thread(target=self._waiter, args=(q,), daemon=True)
                 t.start()
                 self._threads.append(t)
-        q.put((action, device, arrays, dispatched))
+        q.put((note, arrays))
+
+    def transfers(self) -> list[TransferEvent]:
+        """The transfers noted so far (complete after close())."""
+        with self._lock:
+            return list(self._transfers)
 
     def close(self) -> list[ActionEvent]:
         for q in self._queues.values():
@@ -103,13 +147,16 @@ class EventRecorder:
         return list(self._events)
 
 
-def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action]) -> list[MeasuredOp]:
-    """Events in any order -> ops with inferred starts, relative to the first dispatch."""
+def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action],
+              origin: float | None = None) -> list[MeasuredOp]:
+    """Events in any order -> ops with inferred starts, relative to `origin` (the
+    step's start; default: the first dispatch)."""
     by_action = {e.action: e for e in events}
     missing = [a for a in order if a not in by_action]
     if missing:
         raise RuntimeError(f"recorder lost {len(missing)} events (first: stage {missing[0].stage} {missing[0]})")
-    origin = min(e.dispatched for e in events)
+    first = min(e.dispatched for e in events)
+    origin = first if origin is None else min(origin, first)
     present = set(order)
     lane_end: dict[tuple[int, str], float] = {}
     end: dict[Action, float] = {}
@@ -124,6 +171,33 @@ def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action]) -
         end[a] = finish
         ops.append(MeasuredOp(a, start - origin, finish - origin))
     return ops
+
+
+def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float) -> list[MeasuredTransfer]:
+    """Transfers relative to `origin`, as an in-order copy lane per consumer stage
+    implies (as infer_ops does for compute): each starts no earlier than its
+    delivery, its producer's end (a copy cannot begin before its data exists) and
+    the lane's previous copy, and ends when it was seen ready."""
+    end = {op.action.long: op.end for op in ops}
+    lane_end: dict[int, float] = {}
+    out = []
+    for t in sorted(transfers, key=lambda t: t.delivered):
+        producer = t.message.split("->")[0]
+        start = max(t.delivered - origin, end.get(producer, 0.0), lane_end.get(t.dst, 0.0))
+        finish = max(t.ready - origin, start)
+        lane_end[t.dst] = finish
+        out.append(MeasuredTransfer(t.message, t.src, t.dst, start, finish))
+    return out
+
+
+def transfers_to_json(transfers: list[TransferEvent], clock_offset: float = 0.0) -> list[list]:
+    return [[t.message, t.src, t.dst, t.device, t.delivered + clock_offset, t.ready + clock_offset]
+            for t in transfers]
+
+
+def merge_transfers(parts: list[list[list]]) -> list[TransferEvent]:
+    return [TransferEvent(str(m), int(s), int(d), int(dev), float(t0), float(t1))
+            for rows in parts for m, s, d, dev, t0, t1 in rows]
 
 
 def events_to_json(events: list[ActionEvent], clock_offset: float = 0.0) -> list[list]:

@@ -16,6 +16,12 @@ the handler raises then.
 Installed only by the process entry point (obscura_jax/__main__.py, before the command
 line's imports): library users keep their own SIGINT handling.
 
+What an interrupted run leaves: `train` names its checkpoint directory
+(`note_checkpoint_dir`), and the one line Ctrl-C prints names the last complete
+checkpoint step in it (`interrupted_line`), read from the directory itself (Orbax
+renames a step's directory to its number only once it is complete), so the
+launcher of several processes, which saves nothing itself, says the same.
+
 A test that sends Ctrl-C waits until the handler is there (the interpreter's own
 start-up comes before it, and no handler covers that): with OBSCURA_TEST_READY_FD=N,
 a pipe's write end the test passed, the entry point writes "ready" to N once
@@ -29,8 +35,61 @@ import sys
 import threading
 import time
 from importlib.machinery import ExtensionFileLoader
+from pathlib import Path
 
 _requested = threading.Event()
+_UNSET = object()
+_checkpoint_dir = _UNSET     # the running train's --checkpoint-dir (None: it saves none)
+
+
+def note_checkpoint_dir(directory) -> None:
+    """The running `train` saves its checkpoints in `directory` (None: it saves none)."""
+    global _checkpoint_dir
+    _checkpoint_dir = directory
+
+
+def note_train_argv(argv: list[str]) -> None:
+    """At start-up, before anything else can be interrupted: a `train` command line
+    names its checkpoint directory (or none)."""
+    if not argv or argv[0] != "train":
+        return
+    directory = None
+    for i, a in enumerate(argv):
+        if a == "--checkpoint-dir" and i + 1 < len(argv):
+            directory = argv[i + 1]
+        elif a.startswith("--checkpoint-dir="):
+            directory = a.split("=", 1)[1]
+    note_checkpoint_dir(directory)
+
+
+def note_checkpoint(directory, step: int) -> None:
+    """A checkpoint of `step` is complete in `directory` (kept for library callers
+    that never called note_checkpoint_dir)."""
+    global _checkpoint_dir
+    if _checkpoint_dir is _UNSET or _checkpoint_dir is None:
+        _checkpoint_dir = directory
+
+
+def last_checkpoint_step(directory) -> int | None:
+    """The newest complete checkpoint step in `directory` (None: none, or no directory)."""
+    try:
+        steps = [int(p.name) for p in Path(directory).iterdir() if p.name.isdigit() and p.is_dir()]
+    except OSError:
+        return None
+    return max(steps, default=None)
+
+
+def interrupted_line(prog: str = "obscura") -> str:
+    """The one line Ctrl-C prints: for a train, the last complete checkpoint step."""
+    if _checkpoint_dir is _UNSET:
+        return f"{prog}: interrupted"
+    if _checkpoint_dir is None:
+        return f"{prog}: interrupted; no checkpoint saved (no --checkpoint-dir)"
+    step = last_checkpoint_step(_checkpoint_dir)
+    if step is None:
+        return f"{prog}: interrupted; no complete checkpoint in {_checkpoint_dir} yet"
+    return (f"{prog}: interrupted; last complete checkpoint: step {step} in {_checkpoint_dir} "
+            "(continue with --resume)")
 
 
 def install() -> None:

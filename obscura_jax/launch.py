@@ -36,6 +36,7 @@ import time
 
 from dataclasses import dataclass
 
+from obscura_jax import interrupt
 from obscura_jax.errors import UsageError
 
 ENV_COORDINATOR, ENV_NUM, ENV_ID = "OBSCURA_COORDINATOR", "OBSCURA_NUM_PROCESSES", "OBSCURA_PROCESS_ID"
@@ -251,6 +252,9 @@ def launch_local(argv: list[str], num_processes: int, *, devices_per_process: in
             time.sleep(0.05)
     except KeyboardInterrupt:
         kill_all()
+        with lock:     # the processes said nothing: one line for the run, naming its last checkpoint
+            err.write(interrupt.interrupted_line() + "\n")
+            err.flush()
         return 130
     finally:
         for t in pumps:

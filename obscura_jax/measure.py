@@ -37,7 +37,7 @@ from obscura_jax.data import BatchShape
 from obscura_jax.engine import Pipeline, build_program
 from obscura_jax.stage_program import Residuals, StageProgram
 from obscura_jax.swap import HostSwap
-from planner.stopwatch import median_time
+from planner.stopwatch import median_time, sample_times
 from schedules.costs import StageCosts
 from schedules.ir import Kind
 
@@ -64,8 +64,12 @@ class CostTiming:
         return cls(samples)
 
     def time(self, fn, first: bool) -> float:
-        return median_time(fn, self.samples, min_sample_seconds=self.sample_seconds, max_calls=self.max_calls,
-                           sustain_seconds=self.sustain_seconds if first else self.settle_seconds)
+        return statistics.median(self.spread(fn, first))
+
+    def spread(self, fn, first: bool) -> list[float]:
+        """Every sample's seconds per call (the cost is their median)."""
+        return sample_times(fn, self.samples, min_sample_seconds=self.sample_seconds, max_calls=self.max_calls,
+                            sustain_seconds=self.sustain_seconds if first else self.settle_seconds)
 
 
 def _arrays(result) -> list:
@@ -92,6 +96,8 @@ class StageTiming:
     weight_grad: float | None = None   # W of the split backward
     weight_grad_bytes: int = 0         # what a W holds from its I (dy apart): inputs and output
                                        # cotangents of the weight-bearing ops
+    fwd_range: dict | None = None      # {"min", "median", "max"} over the samples (fwd is the median)
+    bwd_range: dict | None = None
 
 
 def _normal(spec, sharding, seed: int):
@@ -107,19 +113,27 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
     out_spec = prog.output_spec
     dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.batch_sharding, seed=1)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
-    t_fwd = timing.time(lambda: _arrays(prog.forward(*fwd_args)), first)
+    fwd_samples = timing.spread(lambda: _arrays(prog.forward(*fwd_args)), first)
+    t_fwd = statistics.median(fwd_samples)
     _, res = _wait(prog.forward(*fwd_args))
     grads = [prog.zero_grads(params)]
 
     def bwd():
         grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
         return [done, grads[0]]
-    t_bwd = timing.time(bwd, False)
+    bwd_samples = timing.spread(bwd, False)
+    t_bwd = statistics.median(bwd_samples)
+    ranges = {"fwd_range": _range(fwd_samples), "bwd_range": _range(bwd_samples)}
     if not split:
-        return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes)
+        return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, **ranges)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)
     return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
-                       prog.weight_grad_held_bytes)
+                       prog.weight_grad_held_bytes, **ranges)
+
+
+def _range(samples: list[float]) -> dict:
+    """min / median / max of a program's timed samples (the median is its cost)."""
+    return {"min": min(samples), "median": statistics.median(samples), "max": max(samples)}
 
 
 def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTiming) -> tuple[float, float]:

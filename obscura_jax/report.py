@@ -25,12 +25,25 @@ def _ratio(a, b):
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
 def timing_lines(res: dict) -> list[str]:
-    """Min/median/max step time, and the note when emulated devices outnumber cores."""
+    """Min/median/max step time (the median step is the one charted), the bubble
+    fractions, and the note when emulated devices outnumber cores."""
     out, st = [], res.get("step_time")
     if st:
-        out.append(f"step time over {st['timed_steps']} timed step{'s' if st['timed_steps'] > 1 else ''}: "
-                   f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}")
+        n = st["timed_steps"]
+        chart = (f"; the chart and trace show step {res['timeline_step']}, the median"
+                 if res.get("timeline_step") is not None else "")
+        out.append(f"step time over {n} timed step{'s' if n > 1 else ''}: "
+                   f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}"
+                   f"{chart}")
+    if res.get("bubble_fraction") is not None or res.get("simulated_bubble_fraction") is not None:
+        out.append(f"bubble (idle share of device time): measured {_pct(res.get('bubble_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute apart: measured "
+                   f"{_pct(res.get('recompute_fraction'))}, simulated {_pct(res.get('simulated_recompute_fraction'))}")
     if res.get("cpu_note"):
         out.append(f"note: {res['cpu_note']}")
     return out
@@ -78,7 +91,7 @@ def train_report(res: dict) -> str:
                    "+ XLA scratch (no memory_stats for this stage alone)")
     if all("planned_peak_bytes" in st for st in res["stages"]):
         under = [str(s) for s, st in enumerate(res["stages"]) if st["planned_vs_measured_bytes"] < 0]
-        out.append("plan: predicted vs measured peak (weights + live activations, no XLA scratch): "
+        out.append("plan: predicted vs measured peak (weights + live activations + XLA scratch): "
                    + ", ".join(f"{format_bytes(st['planned_peak_bytes'])} / "
                                f"{format_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
                                for st in res["stages"])
@@ -127,6 +140,8 @@ def compare_report(results: list[dict]) -> str:
         rows.append([r["label"], fmt_time(r["iteration_time"]), fmt_time(r["simulated_iteration_time"]),
                      _ratio(r["iteration_time"], r["simulated_iteration_time"]),
                      f"{r['tokens_per_second']:,.0f}" if r.get("tokens_per_second") else "-",
+                     _pct(r.get("bubble_fraction")),
                      f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
                      " / ".join(format_bytes(p) for p in peaks)])
-    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "loss", "peak per stage"], rows)
+    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
+                  "peak per stage"], rows)

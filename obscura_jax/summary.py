@@ -14,9 +14,10 @@ import statistics
 
 import numpy as np
 
+from obscura_jax.step_time import median_step, spread, timed
 from schedules.ir import Kind
 from schedules.simulator import iteration_time, on_one_device, stage_memory
-from schedules.timeline import Timeline
+from schedules.timeline import Timeline, with_recompute_shares
 
 
 def cpu_note(devices) -> str | None:
@@ -36,12 +37,15 @@ def summarize(out) -> dict:
     run, pipe = out.config, out.pipeline
     shape = pipe.shape
     logs = out.steps
-    timed = [s for s in logs[run.warmup_steps:] if not s.recorded] or logs[run.warmup_steps:] or logs
-    iteration = statistics.median(s.seconds for s in timed) if timed else None
-    step_time = ({"timed_steps": len(timed), "min": min(s.seconds for s in timed), "median": iteration,
-                  "max": max(s.seconds for s in timed)} if timed else None)
-    recorded = [s.seconds for s in logs if s.recorded]
+    # The one measured number (obscura_jax.step_time): the lower-median timed step,
+    # which is the step the timeline shows.
+    timed_logs = timed(logs, run.warmup_steps)
+    chosen = median_step(timed_logs)
+    iteration = out.chart_seconds if out.chart_seconds is not None else (chosen.seconds if chosen else None)
+    step_time = ({"timed_steps": len(timed_logs), **spread([s.seconds for s in timed_logs])}
+                 if timed_logs else None)
     sim = out.simulated
+    charted = measured_with_recompute(out)
     measured = out.measured
     update_time = out.update_seconds
     simulated_time = None
@@ -77,10 +81,10 @@ def summarize(out) -> dict:
         if sim is not None:
             row["simulated_peak_bytes"] = measured.costs.weight_bytes[s] + sim_own.stages[s].peak_activation_bytes
         if planned is not None:
-            # The plan predicts weights + kept activations; XLA's scratch is not in the
-            # profile format (plan with --reserve to leave room for it).
+            # The plan predicts weights + kept activations + the profile's XLA scratch:
+            # against the same accounting of this run (its programs' own scratch).
             row["planned_peak_bytes"] = planned[s]
-            row["planned_vs_measured_bytes"] = planned[s] - (weight + live)
+            row["planned_vs_measured_bytes"] = planned[s] - accounted
         if out.timeline is not None:
             row["measured"] = stage_measured(out.timeline, s, alone_on_row[s])
         stages.append(row)
@@ -115,7 +119,11 @@ def summarize(out) -> dict:
         "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel, "devices": len(every_device),
                    "stage_meshes": [pipe.placement.mesh(s).describe() for s in range(schedule.num_stages)]},
         "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(every_device),
-        "timeline_iteration_time": recorded[0] if recorded else None,
+        "timeline_iteration_time": out.chart_seconds, "timeline_step": out.chart_step,
+        "bubble_fraction": charted.bubble_fraction if charted is not None else None,
+        "recompute_fraction": charted.recompute_fraction if charted is not None else None,
+        "simulated_bubble_fraction": sim.bubble_fraction if sim is not None else None,
+        "simulated_recompute_fraction": sim.recompute_fraction if sim is not None else None,
         "simulated_iteration_time": simulated_time,
         "simulated_makespan": sim.makespan if sim is not None else None,
         "optimizer_time": update_time,
@@ -139,6 +147,19 @@ def summarize(out) -> dict:
             c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
         result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
+
+
+def measured_with_recompute(outcome) -> Timeline | None:
+    """The run's measured timeline with each backward's recompute share marked (from
+    the costs measured in the same run: a measured backward cannot be seen inside),
+    for drawing, traces and the recompute fraction."""
+    tl, measured = outcome.timeline, outcome.measured
+    if tl is None or measured is None:
+        return tl
+    stages = outcome.pipeline.schedule.stages
+    shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
+              for s, spec in enumerate(stages)]
+    return with_recompute_shares(tl, shares)
 
 
 def placed_as_written(stage_to_device, device_ids) -> bool:

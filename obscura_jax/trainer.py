@@ -30,7 +30,8 @@ from obscura_jax.checkpoint_dir import MetricsLog, warn
 from obscura_jax.data import BatchShape, open_data
 from obscura_jax.engine import Pipeline, build_pipeline
 from obscura_jax.errors import RunError
-from obscura_jax.events import EventRecorder, events_to_json, infer_ops, merge_events
+from obscura_jax.events import (EventRecorder, events_to_json, infer_ops, infer_transfers, merge_events,
+                                merge_transfers, transfers_to_json)
 from obscura_jax import interrupt
 from obscura_jax.executor import make_optimizer
 from obscura_jax.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
@@ -39,9 +40,10 @@ from obscura_jax.placement import Placement, place_schedule
 from obscura_jax.plan_run import plan_issue_order
 from obscura_jax.process_group import SINGLE, ProcessGroup
 from obscura_jax.run_config import RunConfig
+from obscura_jax.step_time import first_timed_step, median_step, timed
 from obscura_jax.swap import choose_leaves
-from schedules.ir import Kind
-from schedules.timeline import OpRecord, Timeline
+from obscura_jax.trace_run import measured_timeline, xla_trace
+from schedules.timeline import Timeline
 
 
 @dataclass
@@ -50,6 +52,17 @@ class StepLog:
     loss: float
     seconds: float
     recorded: bool
+
+
+@dataclass
+class RecordedStep:
+    """One recorded step on this process's clock (perf_counter seconds)."""
+    step: int
+    start: float
+    actions_done: float     # every action's gradients ready: the optimizer step starts
+    end: float
+    events: list
+    transfers: list
 
 
 @dataclass
@@ -65,7 +78,10 @@ class TrainOutcome:
     stage_facts: list[dict] = field(default_factory=list)  # per stage, from the process that runs it
     swap_counters: dict = field(default_factory=dict)
     start_step: int = 0
-    update_seconds: float | None = None   # optimizer step of all stages, timed in the recorded step
+    update_seconds: float | None = None   # optimizer step of all stages, timed in the charted step
+    chart_step: int | None = None         # the step the timeline shows (obscura_jax.step_time)
+    chart_seconds: float | None = None    # its wall time: the run's measured iteration time
+    transfers: list = field(default_factory=list)   # its stage-to-stage copies (events.MeasuredTransfer)
 
     def stage_params(self) -> dict:
         """This process's stages' params (unit name -> tree), gathered to host: the
@@ -103,10 +119,12 @@ def _mesh_peak(mesh):
 
 
 def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
-          group: ProcessGroup = SINGLE) -> TrainOutcome:
+          group: ProcessGroup = SINGLE, xla_profile=None) -> TrainOutcome:
     """placement_fn(n) -> Placement of n stages, one per device (devices are chosen
     once the schedule is known: obscura_jax.placement.place_schedule);
-    `group`: the run's processes as this one sees them (default: just this one)."""
+    `group`: the run's processes as this one sees them (default: just this one);
+    `xla_profile`: a directory: the timed steps run inside `jax.profiler.trace`
+    (several processes: one sub-directory `process-N` each)."""
     interrupt.raise_if_requested()
     outcome, data, ckpt, identity = _prepare(run, placement_fn, group, log)
     pipe = outcome.pipeline
@@ -118,13 +136,14 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
         interrupt.raise_if_requested()
         if run.measure_costs:
             _measure(outcome, group)
-        events, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics)
+        recorded, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics,
+                                         xla_profile)
     finally:
         if metrics is not None:
             metrics.close()
         if ckpt is not None:
             ckpt.close()
-    _gather(outcome, group, events, peak_live, before_peaks)
+    _gather(outcome, group, recorded, peak_live, before_peaks)
     return outcome
 
 
@@ -254,9 +273,9 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
 
 
 def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup, progress: bool,
-               metrics: MetricsLog | None = None) -> list:
-    """The step loop; returns the recorded step's events (this process's) and the
-    peak live bytes per stage.
+               metrics: MetricsLog | None = None, xla_profile=None) -> tuple[list, list]:
+    """The step loop; returns this process's recorded steps (every timed one,
+    obscura_jax.step_time) and the peak live bytes per stage.
     Long: one step's issue, wait, shared loss, bookkeeping and checkpoint together."""
     run, pipe, states = outcome.config, outcome.pipeline, outcome.states
     ex = pipe.executor
@@ -266,17 +285,22 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
         bar = tqdm(total=run.steps, initial=outcome.start_step, desc=pipe.schedule.name, unit="step",
                    leave=True, dynamic_ncols=True, disable=None)  # None: off when not a TTY
     peak_live = [0] * pipe.schedule.num_stages
-    events: list = []
+    recorded: list[RecordedStep] = []
     recorder = None
+    first_timed = first_timed_step(outcome.start_step, run.steps, run.warmup_steps)
+    profiling = None
     try:
         for step in range(outcome.start_step, run.steps):
             interrupt.raise_if_requested()
+            if xla_profile is not None and step == first_timed:
+                profiling = xla_trace(xla_profile, group)
             tokens, targets = data.microbatches(step, pipe.shape)
-            record = run.record_timeline and step == run.steps - 1
+            record = run.record_timeline and step >= first_timed
             recorder = EventRecorder(ex.devices).__enter__() if record else None
+            ex.transport.recorder = recorder
             t0 = time.perf_counter()
             result = ex.run_actions(states, tokens, targets, recorder=recorder, track_memory=True)
-            if recorder is not None:  # the recorded step also times the optimizer step alone
+            if recorder is not None:  # a recorded step also times the optimizer step alone
                 jax.block_until_ready([st.grads for st in local])
                 t_actions = time.perf_counter()
             ex.apply_updates(states)
@@ -286,8 +310,10 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             mine = None if result.losses is None else [float(v) for v in local_value(result.losses)]
             seconds = time.perf_counter() - t0
             if recorder is not None:
-                outcome.update_seconds = seconds - (t_actions - t0)
-                events, recorder = recorder.close(), None
+                ex.transport.recorder = None
+                events = recorder.close()
+                recorded.append(RecordedStep(step + 1, t0, t_actions, t0 + seconds, events, recorder.transfers()))
+                recorder = None
             losses = next(v for v in group.gather("loss", mine) if v is not None)
             loss = float(np.mean(losses))
             if not np.isfinite(loss):
@@ -306,19 +332,29 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
                                      or done == run.steps):
                 group.progress(f"saving the checkpoint of step {done}")
                 ckpt.save(done, _trees(states), identity)
+                interrupt.note_checkpoint(ckpt.directory, done)
             group.progress(f"step {done}", seconds)
     finally:
+        ex.transport.recorder = None
         if recorder is not None:  # a step failed while recording: stop the waiter threads
             recorder.close()
+        if profiling is not None:
+            profiling.__exit__(None, None, None)
         if bar is not None:
             bar.close()
-    return events, peak_live
+    return recorded, peak_live
 
 
-def _gather(outcome: TrainOutcome, group: ProcessGroup, events: list, peak_live: list,
+def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_live: list,
             before_peaks: dict) -> None:
-    """Per-stage facts and the recorded events of every process, on every process."""
-    pipe = outcome.pipeline
+    """Per-stage facts and the charted step's events of every process, on every
+    process. The charted step is the median timed step by process 0's clock
+    (obscura_jax.step_time), the same on every process."""
+    pipe, run = outcome.pipeline, outcome.config
+    leader_steps = group.gather("timed steps", [[s.step, s.seconds] for s in timed(outcome.steps, run.warmup_steps)
+                                                if s.recorded])[0]
+    chosen = median_step(leader_steps)
+    chart = next((r for r in recorded if chosen is not None and r.step == chosen[0]), None)
     mine = []
     # stages spanning processes: every process ran them all; the leader's account stands
     reporting = pipe.local_stages if not pipe.placement.spans_processes or group.is_leader else []
@@ -335,10 +371,13 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, events: list, peak_live:
                      "ledger_peak": peak_live[s], "temp_bytes": prog.temp_bytes,
                      "device_peak": None if after is None or (before is not None and after <= before) else after,
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})
+    off = group.clock_offset
+    step_clock = None if chart is None else [chart.start + off, chart.actions_done + off, chart.end + off]
     facts = group.gather("stage_facts", {"stages": mine, "dispatch": outcome.dispatch,
                                          "swap": vars(pipe.executor.swap.counters).copy(),
-                                         "update_seconds": outcome.update_seconds,
-                                         "events": events_to_json(events, group.clock_offset)})
+                                         "step_clock": step_clock,
+                                         "events": events_to_json(chart.events, off) if chart else [],
+                                         "transfers": transfers_to_json(chart.transfers, off) if chart else []})
     outcome.stage_facts = sorted((row for f in facts for row in f["stages"]), key=lambda r: r["stage"])
     outcome.dispatch = {}
     outcome.swap_counters = {}
@@ -347,24 +386,15 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, events: list, peak_live:
             outcome.dispatch.setdefault(k, []).extend(v)
         for k, v in f["swap"].items():
             outcome.swap_counters[k] = outcome.swap_counters.get(k, 0) + v
-    updates = [f["update_seconds"] for f in facts if f["update_seconds"] is not None]
-    outcome.update_seconds = max(updates) if updates else None
+    clocks = [f["step_clock"] for f in facts if f["step_clock"] is not None]
+    if not clocks or chosen is None:
+        return
+    start = facts[0]["step_clock"][0] if facts[0]["step_clock"] else min(c[0] for c in clocks)
+    outcome.chart_step, outcome.chart_seconds = int(chosen[0]), float(chosen[1])
+    # the optimizer step: from the last process's gradients ready to the step's end
+    outcome.update_seconds = max(0.0, outcome.chart_seconds - (max(c[1] for c in clocks) - start))
     merged = merge_events([f["events"] for f in facts])
     if merged:
-        outcome.timeline = measured_timeline(pipe, merged, outcome.stage_facts)
-
-
-def measured_timeline(pipe: Pipeline, events, stage_facts: list[dict]) -> Timeline:
-    """Events of one iteration (every process's, on one clock) -> a Timeline with the
-    simulator's statistics."""
-    ops = infer_ops(events, pipe.schedule.num_stages, pipe.executor.order)
-    records = []
-    for op in ops:
-        a = op.action
-        nbytes = None  # F: the stage's kept bytes; SO/SI: what the leaf choice really moved
-        if a.kind in (Kind.SO, Kind.SI):
-            nbytes = float(stage_facts[a.stage]["swapped_bytes_per_block"])
-        records.append(OpRecord.of(a, op.start, op.end, 0.0, nbytes))
-    kept = [float(f["residual_bytes"]) for f in stage_facts]
-    return Timeline.from_ops(pipe.schedule.num_stages, records, kept, name=f"{pipe.schedule.name} (measured)",
-                             stage_to_device=pipe.schedule.stage_to_device)
+        outcome.timeline = measured_timeline(pipe, merged, outcome.stage_facts, origin=start)
+        ops = infer_ops(merged, pipe.schedule.num_stages, pipe.executor.order, origin=start)
+        outcome.transfers = infer_transfers(merge_transfers([f["transfers"] for f in facts]), ops, start)

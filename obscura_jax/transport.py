@@ -107,7 +107,11 @@ class Transport:
     def send(self, msg: Message, value) -> None:
         self.deliver(msg, move(value, self._shardings[msg.dst]))
 
+    recorder = None   # an EventRecorder while a step is recorded (obscura_jax.trainer): times deliveries
+
     def deliver(self, msg: Message, value) -> None:
+        if self.recorder is not None:
+            self.recorder.transferred(msg, value)
         if self._ledger is not None:
             self._ledger.add(msg.producer, msg.dst, self.boundary_bytes[msg.boundary])
         self.inbox.put(msg, value)

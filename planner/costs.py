@@ -43,11 +43,12 @@ class StageView:
     kinds: tuple[str, ...]          # kind of each unit in the range
     fwd: float
     bwd: float
-    weight_bytes: float
+    weight_bytes: float             # params + grads + optimizer state, plus XLA scratch (scratch_bytes)
     input_bytes: float              # kept whatever is recomputed
     op_time: tuple[tuple[str, float], ...]   # per op name: summed fwd_time over units
     op_bytes: tuple[tuple[str, float], ...]  # per op name: summed act_bytes over units
     boundary_bytes: float           # sent to the next stage per micro-batch (0 on the last)
+    scratch_bytes: float = 0.0      # XLA scratch: the sum of its units' (stage_scratch: an upper bound)
 
     @property
     def op_names(self) -> tuple[str, ...]:
@@ -69,8 +70,9 @@ def _stage_view(profile: Profile, units: tuple[int, int], next_start: int | None
             time[name] = time.get(name, 0.0) + op.fwd_time
             size[name] = size.get(name, 0.0) + op.act_bytes
     boundary = 0.0 if next_start is None else profile.unit(profile.kinds[next_start]).input_bytes
-    return StageView(units, kinds, fwd, bwd, weight, inputs, tuple(time.items()),
-                     tuple(size.items()), boundary)
+    scratch = stage_scratch(profile, units)
+    return StageView(units, kinds, fwd, bwd, weight + scratch, inputs, tuple(time.items()),
+                     tuple(size.items()), boundary, scratch)
 
 
 @lru_cache(maxsize=4096)
@@ -83,8 +85,20 @@ def stage_views(profile: Profile, partition: Sequence[Sequence[int]]) -> tuple[S
     return _views(profile, check_partition(partition, profile.num_units))
 
 
+def stage_scratch(profile: Profile, units: tuple[int, int]) -> float:
+    """XLA scratch a stage over `units` may need while its programs run: the sum of
+    its units' (0 for a profile without scratch_bytes). An upper bound, so that a
+    plan's limit holds on the device: XLA reuses some temp buffers between the units
+    of one program, but not enough for the largest unit alone to cover them
+    (llama2-tiny, seq 64, CPU: one layer's units 0.59 + 0.59 MB, the two in one
+    program 0.82 MB; four units 1.32 MB against a sum of 2.36 MB)."""
+    return sum(profile.unit(k).scratch for k in profile.kinds[units[0]:units[1]])
+
+
 def weight_bytes(profile: Profile, units: tuple[int, int]) -> float:
-    return sum(profile.unit(k).weight_bytes for k in profile.kinds[units[0]:units[1]])
+    """What a stage holds whatever it runs: params + grads + optimizer state of its
+    units, and its XLA scratch (stage_scratch). The memory model adds activations."""
+    return sum(profile.unit(k).weight_bytes for k in profile.kinds[units[0]:units[1]]) + stage_scratch(profile, units)
 
 
 def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str],
@@ -144,7 +158,7 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
         full = working_bytes(profile, units, {FULL})
         if not _whole_layer_mlps(profile, units):
             return full
-        return max(full, profile.unit("attn").recomputed_bytes({FULL}) + profile.unit("mlp").recomputed_bytes({FULL}))
+        return max(full, sum(profile.unit(k).recomputed_bytes({FULL}) for k in profile.layer_kinds))
     kinds = set(profile.kinds[units[0]:units[1]])
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 

@@ -29,8 +29,8 @@ ABLATION_RUNS = {"relaxation": dict(cmb=False, swap=False, ip=False, partition=F
 
 # Fig. 5: recompute overhead at stage 0, p = 4, m = 8, measured on GPUs (percent over
 # no recompute), and the schedule each configuration is (generator, adjusted stages).
-FIG5_PAPER = {"Recomp-Non": 0.0, "Recomp-0": 19.0, "Recomp-1": 25.0, "Recomp-All": 33.0,
+FIG5_PAPER = {"Recomp-None": 0.0, "Recomp-0": 19.0, "Recomp-1": 25.0, "Recomp-All": 33.0,
               "Strawman-0": 8.0, "Strawman-1": 17.0}
-FIG5_CONFIGS = (("Recomp-Non", "1f1b", None), ("Recomp-0", "recomp", 0), ("Recomp-1", "recomp", 1),
+FIG5_CONFIGS = (("Recomp-None", "1f1b", None), ("Recomp-0", "recomp", 0), ("Recomp-1", "recomp", 1),
                 ("Recomp-All", "recomp", "all"), ("Strawman-0", "strawman", 0), ("Strawman-1", "strawman", 1),
                 ("Obscura-0", "obscura", 0), ("Obscura-1", "obscura", 1))

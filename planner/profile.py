@@ -35,19 +35,35 @@ from typing import Any, Iterable, Mapping
 
 from models.config import CONFIGS
 from models.errors import ObscuraError
-from models.registry import UNIT_KINDS, family_names, ops_for
+from models.registry import BLOCK_KINDS, LAYOUTS, UNIT_KINDS, family_names, ops_for
 from planner.errors import ProfileError
 from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
-_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes")
+_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
+                       "scratch_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
 
-def unit_kinds(num_layers: int) -> tuple[str, ...]:
-    """Kind of each of the 2L+2 partition units, in order."""
-    return ("embed",) + ("attn", "mlp") * num_layers + ("head",)
+def unit_kinds(num_layers: int, layout: tuple[str, ...] = UNIT_KINDS) -> tuple[str, ...]:
+    """Kind of each partition unit, in order: 2L+2 (embed, attn, mlp x L, head), or
+    L+2 for a parallel-block profile (layout BLOCK_KINDS: embed, block x L, head)."""
+    return ("embed",) + tuple(layout[1:-1]) * num_layers + ("head",)
+
+
+def _layout(kinds) -> tuple[str, ...]:
+    """The unit-kind layout a profile's `units` keys match (one profile holds one)."""
+    for layout in LAYOUTS:
+        if set(kinds) == set(layout):
+            return layout
+    missing = [k for k in UNIT_KINDS if k not in kinds]
+    extra = sorted(set(kinds) - set(UNIT_KINDS) - set(BLOCK_KINDS))
+    if extra:
+        raise ProfileError(f"profile has unknown unit kind {extra[0]!r} (expected {', '.join(UNIT_KINDS)}, "
+                           f"or {', '.join(BLOCK_KINDS)} for a parallel block)")
+    raise ProfileError(f"profile is missing unit {missing[0]!r}" if missing else
+                       f"profile mixes unit kinds {', '.join(sorted(kinds))}")
 
 
 def _number(where: str, value: Any, *, positive: bool = False) -> float:
@@ -90,6 +106,7 @@ class UnitProfile:
     input_grad_time: float | None = None      # I of the split backward (None: bwd_time / 2)
     weight_grad_time: float | None = None     # W of the split backward (None: bwd_time / 2)
     weight_grad_bytes: float | None = None    # what a W holds from its I: weight ops' inputs + output cotangents
+    scratch_bytes: float | None = None        # XLA scratch (temp buffers) of its programs; None: not measured (0)
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
@@ -106,6 +123,11 @@ class UnitProfile:
     @property
     def op_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.ops)
+
+    @property
+    def scratch(self) -> float:
+        """XLA scratch of the unit's programs (0 for a profile that did not record it)."""
+        return self.scratch_bytes or 0.0
 
     @property
     def full_recompute(self) -> float:
@@ -192,14 +214,7 @@ class Profile:
         object.__setattr__(self, "p2p_latency", _number("profile p2p_latency", self.p2p_latency))
         units = self.units.items() if isinstance(self.units, Mapping) else self.units
         units = dict(units)
-        for kind in UNIT_KINDS:
-            if kind not in units:
-                raise ProfileError(f"profile is missing unit {kind!r}")
-        extra = sorted(set(units) - set(UNIT_KINDS))
-        if extra:
-            raise ProfileError(f"profile has unknown unit kind {extra[0]!r} "
-                               f"(expected {', '.join(UNIT_KINDS)})")
-        object.__setattr__(self, "units", tuple((k, units[k]) for k in UNIT_KINDS))
+        object.__setattr__(self, "units", tuple((k, units[k]) for k in _layout(units)))
         family = self.family or family_of(self.model)
         object.__setattr__(self, "family", family)
         vocab = family_ops(family)
@@ -213,12 +228,21 @@ class Profile:
         return dict(self.units)[kind]
 
     @property
+    def layout(self) -> tuple[str, ...]:
+        """UNIT_KINDS, or BLOCK_KINDS for a parallel-block model."""
+        return tuple(k for k, _ in self.units)
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        return self.layout[1:-1]
+
+    @property
     def num_units(self) -> int:
-        return 2 * self.num_layers + 2
+        return len(self.layer_kinds) * self.num_layers + 2
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return unit_kinds(self.num_layers)
+        return unit_kinds(self.num_layers, self.layout)
 
     @property
     def layer_recompute(self) -> float:
@@ -226,7 +250,7 @@ class Profile:
         `layer_recompute_time`, else the attn + mlp forward."""
         if self.layer_recompute_time is not None:
             return self.layer_recompute_time
-        return self.unit("attn").fwd_time + self.unit("mlp").fwd_time
+        return sum(self.unit(k).fwd_time for k in self.layer_kinds)
 
     @property
     def op_names(self) -> tuple[str, ...]:
@@ -271,14 +295,9 @@ def profile_from_json(d: Any) -> Profile:
     units = d["units"]
     if not isinstance(units, dict):
         raise ProfileError("profile 'units' must be an object")
-    for kind in UNIT_KINDS:
-        if kind not in units:
-            raise ProfileError(f"profile is missing unit {kind!r}")
+    _layout(units)
     parsed = {}
     for kind, u in units.items():
-        if kind not in UNIT_KINDS:
-            raise ProfileError(f"profile has unknown unit kind {kind!r} "
-                               f"(expected {', '.join(UNIT_KINDS)})")
         if not isinstance(u, dict):
             raise ProfileError(f"units.{kind} must be an object")
         for key in _UNIT_KEYS:

@@ -9,6 +9,9 @@ split, the same residuals; the planner never imports the engine) and measures:
   `none`), as `time_unit` times them (the engine's: steady state, the median of
   `reps` samples of back-to-back runs on random data);
 - weight_bytes: params + grads (same shapes) + the optax adamw state;
+- scratch_bytes: XLA's temp buffers of the unit's compiled programs (the largest
+  of forward, backward, I and W: `time_unit`'s `temp_bytes`), which the planner
+  counts on top of a stage's weights;
 - input_bytes: the residual bytes when everything is recomputed (`full`): the
   unit's input (and the head's targets);
 - per op, by telescoping in forward order: op i's act_bytes is how much the
@@ -83,7 +86,7 @@ class ProfileRun:
 
 
 def _unit_range(cfg, kind: str) -> tuple[int, int]:
-    return {"embed": (0, 1), "attn": (1, 2), "mlp": (2, 3),
+    return {"embed": (0, 1), "attn": (1, 2), "mlp": (2, 3), "block": (1, 2),
             "head": (cfg.num_units - 1, cfg.num_units)}[kind]
 
 
@@ -122,7 +125,7 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
     run = ProfileRun(profile=None)  # type: ignore[arg-type]
     start = time.perf_counter()
     units = {}
-    for kind in ("embed", "attn", "mlp", "head"):
+    for kind in models.get_family(cfg.family).kinds:     # embed, attn, mlp, head (or block)
         unit_range = _unit_range(cfg, kind)
         choice = [o for o in models.unit_ops(cfg.family, kind) if o in offered]
         policies = [models.resolve_policy(sorted(choice[j:]) or "none", cfg.family)
@@ -133,10 +136,6 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         params = jax.device_put(models.init_params(cfg, 0, unit_range), device)
         x, targets = _inputs(cfg, kind, seq_len, micro_batch, device)
         timing = time_unit(cfg, unit_range, policies[-1], device, params, x, targets, reps)
-        if timing.temp_bytes:
-            run.notes.append(f"{kind}: XLA scratch {timing.temp_bytes} B per program, not in the profile "
-                             f"format (the planner does not count it: keep it free with `obscura plan "
-                             f"--reserve`)")
         if timing.residual_bytes != sizes[-1]:
             run.notes.append(f"{kind}: engine residual {timing.residual_bytes} B != traced {sizes[-1]} B")
         # Time the backward only where saving one more op changes the residuals:
@@ -166,11 +165,13 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
         units[kind] = UnitProfile(fwd_time=timing.fwd, bwd_time=timing.bwd,
                                   weight_bytes=float(training_state_bytes(params)),
                                   input_bytes=float(sizes[0]), ops=op_prof, full_recompute_time=full,
-                                  **split_fields(timing))
+                                  scratch_bytes=float(timing.temp_bytes or 0), **split_fields(timing))
         say(f"{kind}: fwd {timing.fwd * 1e3:.3f} ms, bwd {timing.bwd * 1e3:.3f} ms, "
-            f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed)")
+            f"residual {sizes[-1]} B (all saved) / {sizes[0]} B (recomputed), XLA scratch {timing.temp_bytes} B")
         del params
-    layer = _layer_recompute(cfg, seq_len, micro_batch, device, time_unit, reps) if cfg.num_layers else None
+    # (a parallel block is one unit per layer: `layer` is its `full`, priced by the unit)
+    paired = models.get_family(cfg.family).layer_kinds == ("attn", "mlp")
+    layer = _layer_recompute(cfg, seq_len, micro_batch, device, time_unit, reps) if cfg.num_layers and paired else None
     if layer is not None:
         say(f"layer (one checkpoint over attn + mlp): recompute {layer * 1e3:.3f} ms")
     hb, pb, pl = _bandwidths(cfg, seq_len, micro_batch, device, reps, run.notes)
@@ -209,7 +210,7 @@ def _layer_recompute(cfg, seq_len: int, micro_batch: int, device, time_unit: Tim
     n = max(1, min(LAYER_SPAN, cfg.num_layers))
     span = (1, 1 + 2 * n)
     params = jax.device_put(models.init_params(cfg, 0, span), device)
-    x, _ = _inputs(cfg, "attn", seq_len, micro_batch, device)
+    x, _ = _inputs(cfg, "mlp", seq_len, micro_batch, device)
     times = {name: time_unit(cfg, span, models.resolve_policy(name, cfg.family), device, params, x, None,
                              reps).bwd for name in ("none", "layer")}
     return max(times["layer"] - times["none"], 0.0) / n

@@ -18,7 +18,7 @@ from typing import Callable
 import models
 import models.info as info
 from models.errors import ObscuraError
-from planner.profile import FULL, UNIT_KINDS, Profile
+from planner.profile import FULL, Profile
 
 UnitKept = Callable[[str, frozenset], float]
 
@@ -39,7 +39,7 @@ def exact_unit_kept(profile: Profile) -> UnitKept | None:
         def traced(kind: str, ops: frozenset) -> float:
             return float(info.unit_residual_bytes(cfg, kind, sorted(ops) if ops else "none", seq, mb))
 
-        for kind in UNIT_KINDS:
+        for kind in profile.layout:
             unit = profile.unit(kind)
             if not _close(traced(kind, frozenset()), unit.kept_bytes(())) or \
                     not _close(traced(kind, frozenset(models.unit_ops(cfg.family, kind))), unit.input_bytes):
@@ -73,7 +73,7 @@ def marginal_op_bytes(profile: Profile) -> dict[str, tuple[float, dict[str, floa
     if kept is None:
         return None
     out = {}
-    for kind in UNIT_KINDS:
+    for kind in profile.layout:
         unit = profile.unit(kind)
         none = kept(kind, frozenset())
         freed = {op: max(0.0, none - kept(kind, frozenset({op}))) for op in unit.op_names}

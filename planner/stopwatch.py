@@ -29,7 +29,16 @@ import jax
 def median_time(fn: Callable[[], object], samples: int, *, calls: int = 1, warmup: int = 1,
                 min_sample_seconds: float | None = None, max_calls: int = 50,
                 sustain_seconds: float = 0.0) -> float:
-    """Median seconds per call of `fn()` over `samples` samples of `calls` back-to-back
+    """Median seconds per call of `fn()` over `samples` samples (see sample_times)."""
+    return statistics.median(sample_times(fn, samples, calls=calls, warmup=warmup,
+                                          min_sample_seconds=min_sample_seconds, max_calls=max_calls,
+                                          sustain_seconds=sustain_seconds))
+
+
+def sample_times(fn: Callable[[], object], samples: int, *, calls: int = 1, warmup: int = 1,
+                 min_sample_seconds: float | None = None, max_calls: int = 50,
+                 sustain_seconds: float = 0.0) -> list[float]:
+    """Seconds per call of `fn()` in each of `samples` samples of `calls` back-to-back
     calls, after `warmup` untimed calls and (if given) `sustain_seconds` of untimed
     back-to-back calls. With `min_sample_seconds`, `calls` is chosen (at most
     `max_calls`) so one sample lasts about that long, from one more timed call."""
@@ -50,7 +59,7 @@ def median_time(fn: Callable[[], object], samples: int, *, calls: int = 1, warmu
             out = fn()
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t0) / calls)
-    return statistics.median(times)
+    return times
 
 
 def sustain(fn: Callable[[], object], seconds: float, *, wait_every: int = 8) -> int:

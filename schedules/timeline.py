@@ -13,8 +13,9 @@ paper's section-2 definitions):
   forward_bubble   between the last warm-up forward and the first backward
   backward_bubble  between the first backward and the last backward or weight-grad
   idle_after       after that (drain)
-so compute + all five = makespan. `recompute` is the part of `compute` spent
-re-running forwards inside backwards. `comm_wait` (overlapping the idle figures,
+so compute + all five = makespan; `bubble_fraction` is their share of devices x
+makespan, `recompute_fraction` the recompute's (busy, but not useful work).
+`recompute` is the part of `compute` spent re-running forwards inside backwards. `comm_wait` (overlapping the idle figures,
 it says why a device idled) is the time a compute op waited after all its compute
 inputs (schedules.deps, swap-ins left out) had finished and its stream was free:
 p2p transfers, swap-ins, launch delays. `swap` is the busy time of the device's
@@ -122,6 +123,29 @@ class Timeline:
     def one_stage_per_device(self) -> bool:
         return not self.stage_to_device
 
+    @property
+    def bubble_fraction(self) -> float:
+        """Share of the devices' time over [0, makespan] their compute streams idle
+        (every idle figure of every device over devices x makespan). Recompute is
+        busy time, so it is not in here; it is not useful work either:
+        `recompute_fraction` counts it apart, and useful work is the rest
+        (`useful_fraction` = 1 - bubble - recompute)."""
+        total = self.makespan * self.num_devices
+        return sum(st.idle for st in self.stages) / total if total > 0 else 0.0
+
+    @property
+    def recompute_fraction(self) -> float:
+        """Share of the devices' time spent recomputing forwards inside backwards."""
+        total = self.makespan * self.num_devices
+        return sum(st.recompute for st in self.stages) / total if total > 0 else 0.0
+
+    @property
+    def useful_fraction(self) -> float:
+        """Share of the devices' time spent on work the iteration needs: compute
+        less recompute."""
+        total = self.makespan * self.num_devices
+        return sum(st.compute - st.recompute for st in self.stages) / total if total > 0 else 0.0
+
     def device_of(self, stage: int) -> int:
         return self.stage_to_device[stage] if self.stage_to_device else stage
 
@@ -197,6 +221,7 @@ class Timeline:
             entry["memory"] = [list(pt) for pt in self.memory[d]] if self.memory else []
             stages.append(entry)
         out = {"format": "obscura-timeline/1", "name": self.name, "makespan": self.makespan,
+               "bubble_fraction": self.bubble_fraction, "recompute_fraction": self.recompute_fraction,
                "num_stages": self.num_stages, "stages": stages}
         if self.stage_to_device:
             out.update(num_devices=self.num_devices, stage_to_device=list(self.stage_to_device))

@@ -192,6 +192,26 @@ def load_torch_csv(path: str | os.PathLike, name: str | None = None,
     return from_torch_csv(text, name or path.stem, num_microbatches, notes)
 
 
-def save_torch_csv(schedule: Schedule, path: str | os.PathLike) -> None:
-    """Write atomically (a crash never leaves half a file where a good one was)."""
+def lossy_note(schedule: Schedule) -> str | None:
+    """One line when the CSV cannot hold part of `schedule`: recompute settings and
+    SO/SI actions have no torch form and are dropped (None: nothing is lost)."""
+    recompute = [str(s) for s, spec in enumerate(schedule.stages) if spec.recompute]
+    swaps = sum(1 for row in schedule.rows for a in row if a.kind in (Kind.SO, Kind.SI))
+    lost = ([f"the recompute settings of stage(s) {', '.join(recompute)}"] if recompute else []) + \
+        ([f"{swaps} swap actions (SO/SI)"] if swaps else [])
+    if not lost:
+        return None
+    return f"torch CSV of {schedule.name!r} drops {' and '.join(lost)}: torch's compute_only CSV has no form for them"
+
+
+def save_torch_csv(schedule: Schedule, path: str | os.PathLike, notes: list[str] | None = None) -> None:
+    """Write atomically (a crash never leaves half a file where a good one was).
+    What the CSV cannot hold (`lossy_note`) is one line: appended to `notes` when a
+    list is given, else logged once as a warning (stderr when nothing configured
+    logging)."""
     write_text_atomic(path, to_torch_csv(schedule))
+    note = lossy_note(schedule)
+    if note and notes is not None:
+        notes.append(note)
+    elif note:
+        logging.getLogger(__name__).warning("warning: %s", note)

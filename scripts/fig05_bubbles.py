@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Regenerate the paper's Fig. 5 table (p=4, m=8): recompute overhead at stage 0 for
-Recomp-Non/0/1/All and Strawman-0/1 (plus Obscura-0/1), simulated with f=1, b=2,
+Recomp-None/0/1/All and Strawman-0/1 (plus Obscura-0/1), simulated with f=1, b=2,
 r=1, next to the paper's measured figures. Writes CSV, PNG/SVG bars and Gantt charts.
 
     python scripts/fig05_bubbles.py [--out DIR]      # default figures_out/fig05

@@ -1,6 +1,7 @@
 """obscura compare: several schedules trained one after the other on the same devices,
 model and data (in one process, or in several with --processes N); one table,
-measured Gantt charts, one JSON per schedule.
+measured Gantt charts (PNG and SVG), a Perfetto trace and one JSON per schedule;
+every file written is listed.
 
     obscura compare --schedules 1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5 --out cmp
     obscura compare --demo --out demo_out      (what `make demo` runs)
@@ -141,9 +142,10 @@ def _compare(args, items, place, group) -> int:
     try:
         code = _compare_into(args, items, place, group, out)
         if lead:
+            names = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
             publish(out, final)
-            print(f"wrote {final}/ (table.txt, compare.json, per-schedule JSON, measured.png and "
-                  "per-schedule Gantt PNGs)")
+            for name in names:           # every file, as it now lies in --out
+                print(f"wrote {final / name}")
         return code
     finally:
         if out is not None and out.exists():
@@ -155,8 +157,9 @@ def _compare(args, items, place, group) -> int:
 def _compare_into(args, items, place, group, out: Path | None) -> int:
     """The runs, writing into `out` (the leader's temporary directory).
     Long: each schedule's run, report, JSON and charts, then the table."""
-    # lazy (these two): JAX starts after the devices are chosen
+    # lazy (these three): JAX starts after the devices are chosen
     from obscura_jax.api import measured_with_recompute, summarize
+    from obscura_jax.trace_run import write_measured_trace
     from obscura_jax.trainer import train
     from schedules.gantt import draw_gantt, draw_gantts  # lazy: matplotlib
 
@@ -177,6 +180,7 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
         print(train_report(res))
         stem = name if sum(1 for n, _ in items if n == name) == 1 else label.replace(":", "_").replace("=", "")
         write_json_atomic(out / f"{stem}.json", {**res, "compare_run": run_id})
+        write_measured_trace(outcome, out / f"{stem}_trace.json")   # ui.perfetto.dev: the charted step
         if outcome.timeline is not None:
             measured = measured_with_recompute(outcome)
             draw_gantt(measured, out / f"{stem}_measured.png", time_unit="s",

@@ -38,8 +38,9 @@ def add_parser(sub):
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per iteration m")
     p.add_argument("--memory-limit", required=True, metavar="G", help="per-device bytes, or e.g. 80GiB, 85.9GB")
     p.add_argument("--reserve", default="0", metavar="SIZE",
-                   help="keep this much of the limit free for what the model does not count "
-                        "(XLA scratch, fragmentation), e.g. 2GiB")
+                   help="extra headroom: keep this much of the limit free beyond what the plan counts "
+                        "(weights, activations and the profile's XLA scratch): allocator fragmentation, "
+                        "a CUDA context, e.g. 2GiB")
     p.add_argument("--no-cmb", action="store_true", help="identify adjusted stages without trying CMB first")
     p.add_argument("--no-swap", action="store_true", help="no activation swapping (lambda = 0)")
     p.add_argument("--no-partition", action="store_true", help="keep the even partition (no Algorithm 1)")
@@ -75,6 +76,9 @@ def run(args):
     if args.json:
         save_plan(plan, args.json)
     print(render(prof, res))
+    if any(u.scratch_bytes is None for _, u in prof.units):
+        print("note: the profile records no XLA scratch (units.K.scratch_bytes: an analytic profile, or one "
+              "written before the field): the plan counts none; keep room for it with --reserve")
     if cal is not None:
         print(calibrated_line(res, cal))
     if args.json:
@@ -113,13 +117,15 @@ def render(prof, res) -> str:
     lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {prof.micro_batch}) "
              f"on {prof.device}: p={plan.num_stages}, "
              f"m={plan.num_microbatches}, limit {format_bytes(plan.memory_limit, 2)}; planned in {res.seconds:.2f} s"]
+    cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
     if k < 0:
-        lines.append("1F1B fits: no stage adjusted")
+        lines.append("no stage adjusted: 1F1B fits" + (f" once stage(s) {', '.join(cmb_only)} recompute the CMB "
+                                                       "set (CMB-Identifying)" if cmb_only else
+                                                       " with nothing recomputed"))
     else:
         ident = f"identified 0..{res.identified}" if res.identified >= 0 else "none identified"
         lines.append(f"adjusted stages 0..{k} ({ident}); schedule {plan.schedule}, beta {best.config.beta:g}")
-    cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
-    if cmb_only:
+    if cmb_only and k >= 0:
         lines.append(f"not adjusted, recomputing in 1F1B order (CMB-Identifying): stage(s) {', '.join(cmb_only)}")
     if res.adjustment is not None and res.adjustment.moves:
         lines.append(f"partition adjustment: moves {list(res.adjustment.moves)}, undone {res.adjustment.undone}; "

@@ -20,6 +20,7 @@ Pure Python: never imports JAX.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 from obscura_jax.errors import UsageError
@@ -150,7 +151,9 @@ def _costs(args, p: int):
 def _table(schedule, timeline) -> str:
     layout = "" if schedule.one_stage_per_device else f" on {schedule.num_devices} devices"
     head = (f"{schedule.name}: {schedule.num_stages} stages{layout}, {schedule.num_microbatches} micro-batches, "
-            f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}")
+            f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}; "
+            f"bubble {timeline.bubble_fraction:.1%} of device time (recompute apart: "
+            f"{timeline.recompute_fraction:.1%})")
     cols = ("stage" if schedule.one_stage_per_device else "device", "compute", "recompute", "fwd bubble",
             "bwd bubble", "comm wait", "swap", "peak in-flight", "peak act bytes")
     rows = [[str(s), f"{st.compute:.6g}", f"{st.recompute:.6g}", f"{st.forward_bubble:.6g}",
@@ -246,8 +249,11 @@ def run(args):
         io.save_schedule(schedule, args.schedule_json)
         print(f"wrote {args.schedule_json}")
     if args.torch_csv:
-        save_torch_csv(schedule, args.torch_csv)
+        lost: list[str] = []
+        save_torch_csv(schedule, args.torch_csv, notes=lost)
         print(f"wrote {args.torch_csv}")
+        for line in lost:
+            print(f"warning: {line}", file=sys.stderr)
     if args.json:
         data = timeline.to_json()
         data.update(num_microbatches=schedule.num_microbatches,

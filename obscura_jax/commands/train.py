@@ -11,6 +11,7 @@ from pathlib import Path
 from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, needed_stages, plan_preset, run_config,
                                            run_with_processes)
+from obscura_jax import interrupt
 from obscura_jax.checkpoint_dir import check_unlocked
 from obscura_jax.errors import UsageError
 from obscura_jax.report import train_report
@@ -43,7 +44,15 @@ def add_parser(sub):
                         "warning line, and the run starts afresh at step 1)")
     g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="also save every N steps (default: end only)")
     g.add_argument("--gantt", default=None, metavar="PNG",
-                   help="draw the measured timeline (PNG + SVG) (default: not drawn)")
+                   help="draw the measured timeline: PNG, and an SVG beside it (default: not drawn)")
+    g.add_argument("--trace", default=None, metavar="TRACE.json",
+                   help="write the measured step as a Perfetto / Chrome trace-event JSON (ui.perfetto.dev): "
+                        "a track per stage, swap and transfer tracks, recompute inside each backward, the "
+                        "optimizer step; it spans the measured iteration time (default: not written)")
+    g.add_argument("--xla-profile", default=None, metavar="DIR",
+                   help="run the timed steps inside jax.profiler.trace, writing XLA's device trace under DIR "
+                        "(TensorBoard's profile plugin, or the .trace.json.gz in ui.perfetto.dev) "
+                        "(default: not profiled)")
     g.add_argument("--check", action="store_true",
                    help="also train the unpipelined model on one device and compare losses and params "
                         "(runs both with float32 matmul precision 'highest')")
@@ -53,6 +62,7 @@ def add_parser(sub):
 
 def run(args):
     check_outputs(args)
+    interrupt.note_checkpoint_dir(args.checkpoint_dir)   # Ctrl-C names its last complete checkpoint
     if args.plan:
         given = [f for f, v in (("--schedule", args.schedule), ("--adjusted", args.adjusted),
                                 ("--swap-blocks", args.swap_blocks or None),
@@ -70,6 +80,11 @@ def run(args):
 def check_outputs(args) -> None:
     """Before any work: the outputs can be written, the checkpoint dir is free."""
     check_writable(args.json, "--json")
+    check_writable(args.trace, "--trace")
+    if args.xla_profile:
+        d = Path(args.xla_profile)
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"--xla-profile {d} is not a directory")
     if args.gantt:
         check_writable(args.gantt, "--gantt")
         check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
@@ -85,16 +100,17 @@ def check_outputs(args) -> None:
 
 
 def _train(args, place, group) -> int:
-    import jax  # lazy (these four): JAX starts after the devices are chosen
+    import jax  # lazy (these five): JAX starts after the devices are chosen
     from obscura_jax.api import TrainResult, summarize
     from obscura_jax.checks import check_against_reference
+    from obscura_jax.trace_run import write_measured_trace, xla_trace_files
     from obscura_jax.trainer import train
 
     cfg = run_config(args)
     if args.check:
         # GPUs run float32 matmuls in TF32 by default; the check compares exact float32.
         jax.config.update("jax_default_matmul_precision", "highest")
-    outcome = train(cfg, place, progress=not args.no_progress, group=group)
+    outcome = train(cfg, place, progress=not args.no_progress, group=group, xla_profile=args.xla_profile)
     res = summarize(outcome)
     if args.check:
         from obscura_jax.distributed import gather_params  # lazy: only checks gather params
@@ -111,13 +127,19 @@ def _train(args, place, group) -> int:
         print(f"check vs unpipelined model: max loss rel diff {c['max_loss_rel_diff']:.2e}, "
               f"params max abs diff {c['params_max_abs_diff']:.2e} "
               f"({'equal' if c['equal'] else 'DIFFERENT'} at rtol {c['rtol']:.0e}, atol {c['atol']:.1e})")
+    written = []
     if args.gantt and outcome.timeline is not None:
-        TrainResult(res, outcome).gantt(args.gantt, title=f"{res['schedule']} measured ({res['model']}); "
-                                                         "recompute: its measured share of B")
-        print(f"wrote {args.gantt}")
+        written += TrainResult(res, outcome).gantt(args.gantt, title=f"{res['schedule']} measured ({res['model']}); "
+                                                                    "recompute: its measured share of B")
+    if args.trace and write_measured_trace(outcome, args.trace):
+        written.append(args.trace)
     if args.json:
         write_json_atomic(args.json, res)
-        print(f"wrote {args.json}")
+        written.append(args.json)
+    if args.xla_profile:
+        written += xla_trace_files(args.xla_profile)
+    for path in written:
+        print(f"wrote {path}")
     if args.check and not res["check"]["equal"]:
         return 1
     return 0

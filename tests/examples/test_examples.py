@@ -9,6 +9,7 @@ HERE = EXAMPLES.parent / "tests" / "examples"
 
 def test_every_example_has_its_test():
     scripts = sorted(p.stem for p in EXAMPLES.glob("*.py"))
-    assert scripts == ["custom_model", "custom_schedule", "geglu", "policy_experiment", "profile_plan_train"]
+    assert scripts == ["custom_model", "custom_schedule", "geglu", "moe", "parallel_block", "policy_experiment",
+                       "profile_plan_train"]
     missing = [s for s in scripts if not (HERE / f"test_{s}.py").exists()]
     assert missing == []

@@ -3,11 +3,12 @@ action is ready, and `infer_ops` turns those times into per-action starts that
 respect an in-order device and every dependency."""
 import sys
 import threading
+import time
 
 import jax
 import pytest
 
-from obscura_jax.events import ActionEvent, EventRecorder, infer_ops
+from obscura_jax.events import ActionEvent, EventRecorder, infer_ops, infer_transfers
 from schedules.ir import Action, Kind
 from tests.obscura_jax import toy_stages as toy
 from tests.obscura_jax.test_executor import batch, make
@@ -87,3 +88,28 @@ def test_recorder_threads_end_and_the_switch_interval_is_restored():
         events = rec.close()
     assert [e.action for e in events] == [a] and events[0].ready >= events[0].dispatched
     assert sys.getswitchinterval() == before and threading.active_count() == threads
+
+
+def test_transfers_are_timed_on_their_consumers_lane_after_their_producer(progs):
+    """The transport's deliveries, recorded: one per cross-stage message, each after
+    its producer's end and after the previous copy on its consumer's lane."""
+    ex = make(progs, "1f1b")
+    states = ex.init_state(toy.params())
+    tok, tgt = batch()
+    ex.run_iteration(states, tok, tgt)  # warm
+    with EventRecorder(ex.devices) as rec:
+        ex.transport.recorder = rec
+        t0 = time.perf_counter()
+        ex.run_iteration(states, tok, tgt, recorder=rec)
+        jax.block_until_ready([st.params for st in states])
+        events = rec.close()
+        ex.transport.recorder = None
+    ops = infer_ops(events, 3, ex.order, origin=t0)
+    moved = infer_transfers(rec.transfers(), ops, t0)
+    assert len(moved) == sum(len(v) for v in ex.routes.outgoing.values()) > 0
+    end = {o.action.long: o.end for o in ops}
+    lane: dict = {}
+    for t in moved:
+        assert t.start >= end[t.message.split("->")[0]] and t.end >= t.start >= lane.get(t.dst, 0.0)
+        lane[t.dst] = t.end
+    assert min(o.start for o in ops) >= 0      # the origin is the step's start, before its first dispatch

@@ -45,8 +45,56 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(phase, delay, tmp_path):
         proc.communicate()
         raise AssertionError(f"train did not reach its first step, or stop within 120 s of Ctrl-C ({phase})")
     assert proc.returncode == 130, err[-2000:]
-    assert err.strip().splitlines() == ["obscura: interrupted"], err[-2000:]
+    # one line, naming the last complete checkpoint (none: one every 1000 steps)
+    assert err.strip().splitlines() == [f"obscura: interrupted; no complete checkpoint in {ck} yet"], err[-2000:]
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_ctrl_c_names_the_last_complete_checkpoint(processes, tmp_path):
+    """A checkpoint every step; Ctrl-C once step 2's is complete (its directory is
+    there): one line naming the newest complete step, whose directory exists, from
+    one process or from the launcher of several (which saves nothing itself)."""
+    ck = tmp_path / "ck"
+    argv = [*TRAIN, "--checkpoint-dir", str(ck), "--checkpoint-every", "1"]
+    if processes > 1:
+        argv = [*argv, "--processes", str(processes), "--devices", "cpu"]
+        argv.remove("cpu:2")
+        argv.remove("--devices")
+    proc, _ = start_ready(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while interrupt.last_checkpoint_step(ck) is None or interrupt.last_checkpoint_step(ck) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no second checkpoint"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    except (subprocess.TimeoutExpired, AssertionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 130, err[-2000:]
+    line = err.strip().splitlines()[-1]
+    step = int(line.split("step ")[1].split()[0])
+    assert line == (f"obscura: interrupted; last complete checkpoint: step {step} in {ck} "
+                    "(continue with --resume)"), err[-2000:]
+    assert step >= 2 and (ck / str(step)).is_dir()
+    if processes == 1:
+        assert err.strip().splitlines() == [line], err[-2000:]
+
+
+def test_the_line_names_the_newest_complete_step_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(interrupt, "_checkpoint_dir", interrupt._UNSET)
+    assert interrupt.interrupted_line() == "obscura: interrupted"          # not a train
+    interrupt.note_train_argv(["train", "--steps", "3"])
+    assert interrupt.interrupted_line() == "obscura: interrupted; no checkpoint saved (no --checkpoint-dir)"
+    interrupt.note_train_argv(["train", f"--checkpoint-dir={tmp_path}"])
+    assert interrupt.interrupted_line().endswith(f"no complete checkpoint in {tmp_path} yet")
+    for name in ("2", "10", "12.orbax-checkpoint-tmp-99", "metrics.jsonl"):   # 12: still being written
+        (tmp_path / name).mkdir() if not name.endswith("jsonl") else (tmp_path / name).write_text("")
+    assert interrupt.last_checkpoint_step(tmp_path) == 10
+    assert "last complete checkpoint: step 10 in" in interrupt.interrupted_line()
 
 
 def test_announce_ready_writes_once_and_hides_the_descriptor_from_children(monkeypatch):

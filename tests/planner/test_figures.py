@@ -63,7 +63,7 @@ def test_recompute_caution_flags_near_free_per_op_times(tmp_path):
 def test_fig05_rows_match_the_acceptance_makespans():
     rows, _ = F.fig05_rows()
     got = {r.config: r.makespan for r in rows}
-    assert got["Recomp-Non"] == 33 and got["Recomp-0"] == 38 and got["Recomp-All"] == 44
+    assert got["Recomp-None"] == 33 and got["Recomp-0"] == 38 and got["Recomp-All"] == 44
     assert got["Strawman-0"] == 34 and got["Strawman-0"] <= got["Recomp-0"] <= got["Recomp-1"] <= got["Recomp-All"]
     assert [r.overhead_pct for r in rows][:4] == pytest.approx([0, 100 * 5 / 33, 100 * 7 / 33, 100 * 11 / 33])
     assert [r.paper_pct for r in rows][:6] == [0.0, 19.0, 25.0, 33.0, 8.0, 17.0]

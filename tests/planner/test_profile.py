@@ -137,3 +137,31 @@ def test_extra_keys_from_other_tools_are_accepted():
     d["tool"] = "someone else's profiler"
     d["units"]["attn"]["notes"] = "measured"
     assert profile_from_json(d) == synthetic_profile()
+
+
+def test_scratch_bytes_round_trip_and_the_planner_counts_them(tmp_path):
+    """units.K.scratch_bytes (XLA scratch of the unit's programs) is optional: an
+    older profile without it loads as 0; with it, a stage's fixed bytes are its
+    weights plus its units' scratch summed (an upper bound: the memory every plan
+    peak and the feasibility floor start from)."""
+    from dataclasses import replace
+
+    from planner.costs import stage_costs, weight_bytes
+    old = synthetic_profile()
+    assert all(u.scratch_bytes is None and u.scratch == 0 for _, u in old.units)
+    assert "scratch_bytes" not in old.to_json()["units"]["mlp"]
+    scratch = {"embed": 5.0, "attn": 30.0, "mlp": 70.0, "head": 900.0}
+    prof = replace(old, units=tuple((k, replace(u, scratch_bytes=scratch[k])) for k, u in old.units))
+    save_profile(prof, tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json")
+    assert again == prof and again.unit("head").scratch_bytes == 900.0
+    part = ((0, 9), (9, 18))
+    before, after = stage_costs(old, part, [(), ()]), stage_costs(again, part, [(), ()])
+    kinds = [again.kinds[0:9], again.kinds[9:18]]
+    for s in (0, 1):
+        assert after.weight_bytes[s] - before.weight_bytes[s] == sum(scratch[k] for k in kinds[s])
+    assert weight_bytes(again, (9, 18)) == after.weight_bytes[1]
+    doc = prof.to_json()
+    doc["units"]["attn"]["scratch_bytes"] = -1
+    with pytest.raises(ProfileError, match="scratch_bytes"):
+        profile_from_json(doc)

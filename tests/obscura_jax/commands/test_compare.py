@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from schedules.trace import check_trace_events
+
 from obscura_jax.cli import main
 
 pytestmark = pytest.mark.slow
@@ -29,8 +31,16 @@ def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
     assert obscura["stages"][0]["peak_bytes"] < res[0]["stages"][0]["peak_bytes"]
     for name in ("measured.png", "1f1b_measured.png", "obscura_measured.png", "table.txt"):
         assert (out / name).stat().st_size > 0
+    for name in ("1f1b", "obscura"):   # each run's charted step as a trace spanning its iteration time
+        trace = json.loads((out / f"{name}_trace.json").read_text())
+        check_trace_events(trace)
+        run = next(r for r in res if r["schedule"] == name)
+        assert trace["otherData"]["makespan_s"] == pytest.approx(run["iteration_time"], rel=1e-9)
     table = capsys.readouterr().out
-    assert "tokens/s" in table and "obscura:adjusted=1" in table
+    assert "tokens/s" in table and "obscura:adjusted=1" in table and "bubble" in table
+    # every file written is listed, each once
+    listed = sorted(ln[len("wrote "):] for ln in table.splitlines() if ln.startswith("wrote "))
+    assert listed == sorted(str(p) for p in out.rglob("*") if p.is_file())
 
 
 @pytest.mark.slow

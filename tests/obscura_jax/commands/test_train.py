@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from obscura_jax.cli import main
+from schedules.trace import check_trace_events
 
 BASE = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "4",
         "--micro-batch-size", "2", "--seq-len", "16", "--devices", "cpu:4", "--no-progress",
@@ -28,11 +29,13 @@ def snapshot(d):
     return out
 
 
-def test_train_json_and_gantt(tmp_path, capsys):
+def test_train_json_gantt_and_trace(tmp_path, capsys):
     out = tmp_path / "run.json"
     png = tmp_path / "tl.png"
+    trace = tmp_path / "t.json"
     assert train("--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "1", "--swap-fraction", "0.5",
-                 "--steps", "3", "--json", str(out), "--gantt", str(png), "--check") == 0
+                 "--steps", "3", "--json", str(out), "--gantt", str(png), "--trace", str(trace), "--check",
+                 "--xla-profile", str(tmp_path / "xla")) == 0
     res = json.loads(out.read_text())
     assert len(res["losses"]) == 3 and all(np.isfinite(res["losses"]))
     assert res["check"]["equal"] and res["check"]["max_loss_rel_diff"] <= 1e-5
@@ -53,6 +56,29 @@ def test_train_json_and_gantt(tmp_path, capsys):
     assert png.exists() and png.with_suffix(".svg").exists()
     printed = capsys.readouterr().out
     assert "iteration time" in printed and "check vs unpipelined model" in printed
+    # every file written is listed, the Gantt chart's SVG too
+    xla = sorted(str(p) for p in (tmp_path / "xla").rglob("*") if p.is_file())
+    assert any(p.endswith(".xplane.pb") for p in xla)      # jax.profiler's device trace of the timed steps
+    assert [ln for ln in printed.splitlines() if ln.startswith("wrote ")] == [
+        f"wrote {p}" for p in (png, png.with_suffix(".svg"), trace, out, *xla)]
+    # the trace: valid trace-event JSON, one track per stage (plus swap and transfer
+    # tracks), recompute inside the adjusted stages' backwards, spanning the one
+    # measured number: the median timed step (steps 2 and 3 timed; the lower one)
+    data = json.loads(trace.read_text())
+    check_trace_events(data)
+    tracks = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert {f"stage {s}" for s in range(4)} <= tracks and "stage 1 swap out (SO)" in tracks
+    assert {f"stage {s} transfers in" for s in range(1, 4)} <= tracks
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    # (at the share of each backward the run measured; noise can make a share 0)
+    assert {e["args"]["stage"] for e in slices if e["cat"] == "recompute"} == {
+        s for s in (0, 1) if res["costs"]["recompute"][s] > 0}
+    assert res["timeline_step"] in (2, 3) and res["iteration_time"] == res["step_seconds"][res["timeline_step"] - 1]
+    assert res["iteration_time"] == min(res["step_seconds"][1:])
+    makespan = max(e["ts"] + e["dur"] for e in slices) / 1e6
+    assert makespan == pytest.approx(res["iteration_time"], rel=1e-6)
+    assert data["otherData"]["makespan_s"] == pytest.approx(res["iteration_time"], rel=1e-9)
+    assert 0 < res["bubble_fraction"] < 1 and res["recompute_fraction"] >= 0
 
 
 def test_resume_gives_the_uninterrupted_step_3_loss(tmp_path):
