@@ -39,11 +39,11 @@ def add_parser(sub):
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per iteration m")
     p.add_argument("--memory-limit", required=True, metavar="G", help="per-device bytes, or e.g. 80GiB, 85.9GB")
     p.add_argument("--data-parallel", type=int, default=1, metavar="D",
-                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D "
-                        "(it must divide the profile's micro-batch)")
+                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D, "
+                        "which must divide it (default 1)")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
                    help="tensor parallelism inside each stage (Megatron layout of the model's registration; "
-                        "heads and FFN width divisible by T); peaks and the limit are per device")
+                        "heads and FFN width divisible by T); peaks and the limit are per device (default 1)")
     p.add_argument("--reserve", default="0", metavar="SIZE",
                    help="keep this much of the limit free for what the model does not count "
                         "(XLA scratch, fragmentation), e.g. 2GiB")

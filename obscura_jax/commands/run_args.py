@@ -66,10 +66,10 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                         "--stages devices run stages x V model stages")
     g.add_argument("--data-parallel", type=int, default=None, metavar="D",
                    help="data parallelism inside each stage: every micro-batch splits over D devices "
-                        "(default 1; docs/parallelism.md)")
+                        "(default 1)")
     g.add_argument("--tensor-parallel", type=int, default=None, metavar="T",
-                   help="tensor parallelism inside each stage (Megatron layout over T devices; default 1); "
-                        "a run uses pipeline devices x D x T devices")
+                   help="tensor parallelism inside each stage (Megatron layout over T devices); a run uses "
+                        "pipeline devices x D x T devices (default 1)")
     g.add_argument("--layout", default=None, metavar="ROW",
                    help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX (INDEX from 1, "
                         "as the sweep ranks its rows) or FILE (its best runnable row); sets the model, seq len, "

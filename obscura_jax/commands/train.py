@@ -29,7 +29,7 @@ def add_parser(sub):
                    help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
-                        "plan's model, layers, seq len and micro-batch become the defaults "
+                        "plan's model, layers, seq len, micro-batch and stage layout (D x T) become the defaults "
                         "(default: no plan)")
     p.add_argument("--plan-scale-down", action="store_true",
                    help="run a plan made for another model (e.g. a 28B plan on llama2-tiny): its schedule, "
