@@ -92,3 +92,11 @@ def test_a_sweep_row_trains_on_its_stage_meshes(tmp_path, capsys):
     assert res["layout"]["data"] == 2 and res["layout"]["tensor"] == 2 and res["layout"]["devices"] == 8
     assert (res["num_stages"], res["micro_batch_size"], res["num_microbatches"]) == (2, 2, rows[0]["num_microbatches"])
     assert res["policy"] == "cmb" and res["seq_len"] == 32 and res["model"] == "llama2-tiny"
+
+
+def test_compare_takes_a_row_too(tmp_path, capsys):
+    path = sweep_file(tmp_path, ROW)
+    assert main(["compare", "--layout", f"{path}:1", "--microbatches", "8", "--out", str(tmp_path / "cmp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--microbatches 8 disagrees with row 1 of" in err and "\n" not in err
+    assert not (tmp_path / "cmp").exists()
