@@ -184,26 +184,15 @@ def divide_unit(unit: UnitProfile, split: UnitSplit, layout: MeshLayout) -> Unit
 
 
 @lru_cache(maxsize=None)
-def _param_split(cfg: ModelConfig, kind: str) -> tuple[int, int]:
-    """(parameters the registry splits under TP, parameters it replicates) of one unit."""
+def replicated_unit_params(cfg: ModelConfig, kind: str) -> int:
+    """Parameters of one unit that every device of a tensor group holds whole, by the
+    family's registration (models.tensor_parallel): norms, row-layer biases, GPT's
+    positions, and the embedding (neither built-in family shards it)."""
     unit = kind if kind in ("embed", "head") else f"{kind}_0"
     tree = {unit: abstract_unit_params(cfg, kind)}
     specs = jax.tree.leaves(tensor_specs(cfg, tree, 2), is_leaf=lambda x: isinstance(x, PartitionSpec))
-    split = replicated = 0
-    for leaf, spec in zip(jax.tree.leaves(tree), specs):
-        n = math.prod(leaf.shape)
-        if TENSOR_AXIS in tuple(spec):
-            split += n
-        else:
-            replicated += n
-    return split, replicated
-
-
-def replicated_unit_params(cfg: ModelConfig, kind: str) -> int:
-    """Parameters of one unit that every device of a tensor group holds whole, by the
-    family's registration: norms, row-layer biases, GPT's positions, and the
-    embedding (neither built-in family shards it)."""
-    return _param_split(cfg, kind)[1]
+    return sum(math.prod(leaf.shape) for leaf, spec in zip(jax.tree.leaves(tree), specs)
+               if TENSOR_AXIS not in tuple(spec))
 
 
 def device_weight_bytes(unit: UnitProfile, params: int, params_on_device: float, param_bytes: float,
