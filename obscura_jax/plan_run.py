@@ -31,10 +31,15 @@ def _load(path):
 
 
 def plan_differences(run, plan, cfg) -> list[str]:
-    """What differs between the plan's source and this run ([] for an old plan)."""
+    """What differs between the plan and this run: its stage mesh (a plan without
+    one is for one device a stage), and its source's model and shape (nothing to
+    check for an old plan without a source)."""
+    out = []
+    if plan.layout != run.layout:
+        out.append("layout {}x{} vs {}x{} (data x tensor)".format(*plan.layout, *run.layout))
     if plan.source is None:
-        return []
-    return mismatches(plan.source, cfg, run.seq_len, run.micro_batch_size)
+        return out
+    return out + mismatches(plan.source, cfg, run.seq_len, run.micro_batch_size)
 
 
 def plan_partition(run, plan, cfg) -> tuple[tuple[int, int], ...]:
@@ -60,12 +65,12 @@ def plan_partition(run, plan, cfg) -> tuple[tuple[int, int], ...]:
 
 def comparable(run, cfg) -> bool | None:
     """Whether the plan's predictions apply to this run: None without a plan or for a
-    plan that records no source (nothing to compare)."""
+    plan that records no source (nothing to compare), False on another layout."""
     if not run.plan:
         return None
     plan = _load(run.plan)
     if plan.source is None:
-        return None
+        return False if plan.layout != run.layout else None
     return not plan_differences(run, plan, cfg)
 
 

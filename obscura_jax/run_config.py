@@ -134,7 +134,13 @@ class RunConfig:
         return self.data_parallel, self.tensor_parallel
 
     def check_layout(self, cfg) -> None:
-        """One line (UsageError) when the model cannot shard over --tensor-parallel."""
+        """One line (UsageError) when the model cannot shard over --tensor-parallel, or
+        asks for cuDNN attention (a sweep row's, `--layout`) off a GPU."""
+        if cfg.attention_impl == "cudnn":
+            import jax  # lazy: JAX has started by now (the trainer calls this)
+            if jax.default_backend() != "gpu":
+                raise UsageError(f"{cfg.name} runs cuDNN attention, which needs a GPU (this run's backend is "
+                                 f"{jax.default_backend()}); a sweep row's xla attention runs anywhere")
         if self.tensor_parallel > 1:
             from models.tensor_parallel import check_tensor_parallel  # lazy: loads JAX
             try:

@@ -13,7 +13,9 @@ wins, recorded as `family`, `virtual_stages` (and, with chunks, `stage_to_device
 and the devices' rows).
 If no configuration fits, InfeasibleError names the smallest limit that would.
 A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
-seq_len, micro_batch, dtypes, device, profile file and sha256).
+seq_len, micro_batch, dtypes, device, profile file and sha256). With a stage mesh
+(`layout`: D x T devices a stage) every step runs on one device's profile of it and
+the plan records the layout (planner.mesh_plan).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from planner.costs import check_partition, weight_bytes
 from planner.errors import InfeasibleError, PlanError
 from planner.feasibility import limit_text, round_up_limit
 from planner.identify import identify, parse_memory_limit
+from planner.layouts.mesh_costs import MeshLayout
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
 from planner.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
                                plan_to_schedule, save_plan)
@@ -80,14 +83,23 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
-                exact_residuals: bool = True, reserve=0, profile_path=None, families: bool = True) -> PlanResult:
+                exact_residuals: bool = True, reserve=0, profile_path=None, families: bool = True,
+                layout: MeshLayout | None = None) -> PlanResult:
     """Everything `make_plan` does, with the intermediate results kept. `families`:
     step 6 (off: Obscura on 1F1B and the paper's baselines only). `reserve`
     (bytes or a size string) is held back from the limit for what the model does
     not count (XLA scratch buffers, allocator fragmentation). `profile_path`: the
     file the profile was read from (its name and sha256 go into the plan).
+    `layout`: each stage on a data x tensor mesh (planner.mesh_plan; the profile is
+    then one device's at the whole micro-batch, and the limit one device's).
     Long: the five planning steps in order, each reading the last's result."""
     start = time.perf_counter()
+    made_for = PlanSource.of_profile(profile, profile_path)
+    mesh = None
+    if layout is not None and not layout.single:
+        from planner.mesh_plan import plan_mesh  # lazy: only stage meshes need it
+        mesh = plan_mesh(profile, layout, exact_residuals=exact_residuals)
+        profile = mesh.profile
     limit = parse_memory_limit(memory_limit)
     for what, v in (("number of stages", num_stages), ("number of micro-batches", num_microbatches)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -101,7 +113,8 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
                         f"{format_bytes(limit, 2)} limit")
     usable = limit - held
     even = check_partition(models.even_partition(profile.num_units, p), profile.num_units)
-    setting = Setting(profile, m, usable, exact_unit_kept(profile) if exact_residuals else None)
+    kept = (mesh.unit_kept if mesh is not None else exact_unit_kept(profile)) if exact_residuals else None
+    setting = Setting(profile, m, usable, kept)
 
     weights = [weight_bytes(profile, units) for units in even]
     if max(weights) > usable:   # answered before any search (smallest_feasible_limit finds the floor)
@@ -152,22 +165,24 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     if families:
         best, family_source, candidates = family_choice.choose(setting, even, best, searched, family_base)
         source = family_source or source
-    plan = replace(_to_plan(best, m, limit, baselines, profile.op_names),
-                   source=PlanSource.of_profile(profile, profile_path))
+    plan = replace(_to_plan(best, m, limit, baselines, profile.op_names), source=made_for)
+    if mesh is not None:
+        plan = mesh.timed(plan, best, baselines)
     return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
                       time.perf_counter() - start, searched, source, candidates)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,
               swap: bool = True, partition: bool = True, ip: bool = True, reserve=0,
-              profile_path=None, families: bool = True) -> Plan:
+              profile_path=None, families: bool = True, layout: MeshLayout | None = None) -> Plan:
     """A plan for `profile` on `num_stages` stages and `num_microbatches`
     micro-batches under `memory_limit` (bytes or e.g. "80GiB"). `cmb`: CMB-Identifying;
     `swap`: swapping-aware recompute's swap grid; `partition`: Algorithm 1; `ip`:
     per-op recompute choice (off: whole-unit recompute on adjusted stages);
     `reserve`: bytes of the limit kept free for what the model does not count;
     `profile_path`: the profile's file, recorded in the plan; `families`: choose the
-    schedule family too (planner.families)."""
+    schedule family too (planner.families); `layout`: each stage on a data x tensor
+    mesh (planner.mesh_plan)."""
     return plan_search(profile, num_stages, num_microbatches, memory_limit, cmb=cmb, swap=swap,
                        partition=partition, ip=ip, reserve=reserve, profile_path=profile_path,
-                       families=families).plan
+                       families=families, layout=layout).plan

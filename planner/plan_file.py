@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from planner.costs import Partition, check_partition
 from planner.errors import PlanError
 from planner.families import family_of
-from planner.plan_meta import PlanSource, source_from_json
+from planner.plan_meta import PlanSource, layout_from_json, source_from_json
 from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
 from schedules.generators import CHUNKED
 from schedules.jsonio import load_document, write_json_atomic
@@ -71,12 +71,14 @@ class Plan:
     stage_to_device: tuple[int, ...] = () # with chunks: where each stage runs
     device_rows: tuple[tuple[str, ...], ...] = ()   # with chunks: each device's order ("2F0", ...)
     issue_order: tuple[str, ...] = ()     # every action ("2F0") in the order the plan's memory was judged in
+    data_parallel: int = 1                # each stage on a data x tensor mesh (planner.mesh_plan);
+    tensor_parallel: int = 1              # peaks and the limit are then per device
 
     def __post_init__(self) -> None:
         if not all(isinstance(a, str) for a in self.issue_order):
             raise PlanError("plan 'issue_order' must be a list of actions like 2F0, 0SO3")
         object.__setattr__(self, "issue_order", tuple(self.issue_order))
-        for name in ("num_stages", "num_microbatches", "memory_limit"):
+        for name in ("num_stages", "num_microbatches", "memory_limit", "data_parallel", "tensor_parallel"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PlanError(f"plan '{name}' must be a positive integer, got {v!r}")
@@ -104,6 +106,11 @@ class Plan:
             raise PlanError(f"plan 'virtual_stages' must divide num_stages={self.num_stages}, got {v!r}")
         object.__setattr__(self, "stage_to_device", tuple(int(d) for d in self.stage_to_device))
         object.__setattr__(self, "device_rows", tuple(tuple(r) for r in self.device_rows))
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(data, tensor) parallelism inside every stage."""
+        return self.data_parallel, self.tensor_parallel
 
     @property
     def num_devices(self) -> int:
@@ -146,6 +153,8 @@ class Plan:
                            for st in self.stages],
                 "predicted_iteration_time": self.predicted_iteration_time,
                 "baselines": dict(self.baselines), "family": self.family, "virtual_stages": self.virtual_stages,
+                **({"layout": {"data": self.data_parallel, "tensor": self.tensor_parallel}}
+                   if self.layout != (1, 1) else {}),
                 **({"stage_to_device": list(self.stage_to_device), "device_rows": [list(r) for r in self.device_rows]}
                    if self.device_rows else {}),
                 **({"issue_order": list(self.issue_order)} if self.issue_order else {})}
@@ -191,10 +200,11 @@ def plan_from_json(d: Any) -> Plan:
     order = d.get("issue_order", [])
     if not isinstance(order, list):
         raise PlanError("plan 'issue_order' must be a list of actions like 2F0, 0SO3")
+    data, tensor = layout_from_json(d)
     return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
                 d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
                 d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)),
-                tuple(order))
+                tuple(order), data, tensor)
 
 
 def load_plan(path) -> Plan:

@@ -95,6 +95,19 @@ def source_from_json(d: dict) -> PlanSource | None:
     return PlanSource(**{k: d[k] for k in SOURCE_KEYS if k in d})
 
 
+def layout_from_json(d: dict) -> tuple[int, int]:
+    """A plan's stage mesh (data, tensor): its optional "layout" key; a plan
+    without one (every plan before stage meshes) was made for one device a stage."""
+    layout = d.get("layout", {"data": 1, "tensor": 1})
+    if not isinstance(layout, dict) or set(layout) != {"data", "tensor"}:
+        raise PlanError(f"plan 'layout' must be {{\"data\": D, \"tensor\": T}}, got {str(layout)[:60]}")
+    for key in ("data", "tensor"):
+        v = layout[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PlanError(f"plan layout {key!r} must be a positive integer, got {v!r}")
+    return layout["data"], layout["tensor"]
+
+
 def file_sha256(path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from obscura_jax.checkpoint_dir import DirectoryLock, beside_lock, check_unlocked
+from obscura_jax.commands.layout_row import apply_layout
 from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, run_config, run_with_processes)
 from obscura_jax.errors import UsageError
@@ -81,7 +82,10 @@ def run(args):
         raise UsageError("--schedules lists no schedule")
     args.schedules = args.schedules or preset.pop("schedules", None) or "1f1b,obscura"
     preset.pop("schedules", None)
+    row = apply_layout(args)
     fill_defaults(args, preset)
+    if row is not None and row.note():
+        print(row.note())
     items = parse_items(args.schedules)
     run_config(args)          # the shared flags, even where no item uses them (e.g. --swap-fraction)
     for name, kw in items:    # every item checked (and its schedule built) before the first one runs

@@ -30,13 +30,20 @@ def add_parser(sub):
                           "(required unless --profile; no default)")
     p.add_argument("--device", default="A100-80GB", help="device of --analytic (A100-80GB or H200)")
     p.add_argument("--seq-len", type=int, default=4096, help="sequence length of --analytic")
-    p.add_argument("--micro-batch", type=int, default=1, help="micro-batch size of --analytic")
+    p.add_argument("--micro-batch", type=int, default=1,
+                   help="micro-batch size of --analytic (the whole micro-batch: --data-parallel splits it)")
     p.add_argument("--layers", type=int, default=None,
                    help="plan for this many layers with the profile's per-layer costs (13B -> 28B) "
                         "(default: the profile's own)")
     p.add_argument("--stages", type=int, required=True, metavar="S", help="pipeline stages p")
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per iteration m")
     p.add_argument("--memory-limit", required=True, metavar="G", help="per-device bytes, or e.g. 80GiB, 85.9GB")
+    p.add_argument("--data-parallel", type=int, default=1, metavar="D",
+                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D, "
+                        "which must divide it (default 1)")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
+                   help="tensor parallelism inside each stage (Megatron layout of the model's registration; "
+                        "heads and FFN width divisible by T); peaks and the limit are per device (default 1)")
     p.add_argument("--reserve", default="0", metavar="SIZE",
                    help="extra headroom: keep this much of the limit free beyond what the plan counts "
                         "(weights, activations and the profile's XLA scratch): allocator fragmentation, "
@@ -58,7 +65,8 @@ def add_parser(sub):
 
 
 def run(args):
-    from planner.analytic import analytic_profile  # lazy (both): they load JAX and OR-Tools
+    from planner.analytic import analytic_profile  # lazy (all three): they load JAX and OR-Tools
+    from planner.layouts.mesh_costs import MeshLayout
     from planner.plan import plan_search, save_plan
 
     check_plan_args(args)
@@ -71,7 +79,8 @@ def run(args):
         prof = derive_profile(prof, args.layers)
     res = plan_search(prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
                       swap=not args.no_swap, partition=not args.no_partition, ip=not args.no_ip,
-                      reserve=args.reserve, profile_path=args.profile, families=not args.no_families)
+                      reserve=args.reserve, profile_path=args.profile, families=not args.no_families,
+                      layout=MeshLayout(args.data_parallel, args.tensor_parallel))
     plan = res.plan
     if args.json:
         save_plan(plan, args.json)
@@ -89,7 +98,8 @@ def run(args):
 def check_plan_args(args) -> None:
     """Every flag checked before the profile is read or anything is searched."""
     for flag, v in (("--stages", args.stages), ("--microbatches", args.microbatches),
-                    ("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch), ("--layers", args.layers)):
+                    ("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch), ("--layers", args.layers),
+                    ("--data-parallel", args.data_parallel), ("--tensor-parallel", args.tensor_parallel)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} must be >= 1, got {v}")
     check_pipeline_size(args.stages, args.microbatches)
@@ -114,9 +124,12 @@ def render(prof, res) -> str:
 
     plan, best = res.plan, res.best
     k = res.last_adjusted
+    data, tensor = plan.layout
+    mesh = "" if (data, tensor) == (1, 1) else f", stages on {data} data x {tensor} tensor devices"
     lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {prof.micro_batch}) "
-             f"on {prof.device}: p={plan.num_stages}, "
-             f"m={plan.num_microbatches}, limit {format_bytes(plan.memory_limit, 2)}; planned in {res.seconds:.2f} s"]
+             f"on {prof.device}{mesh}: p={plan.num_stages}, "
+             f"m={plan.num_microbatches}, limit {format_bytes(plan.memory_limit, 2)}"
+             f"{' per device' if mesh else ''}; planned in {res.seconds:.2f} s"]
     cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
     if k < 0:
         lines.append("no stage adjusted: 1F1B fits" + (f" once stage(s) {', '.join(cmb_only)} recompute the CMB "
@@ -146,6 +159,9 @@ def render(prof, res) -> str:
         lines.append(f"{s:>5} {models.format_units(st.units):>11} {'yes' if st.adjusted else 'no':>3} {st.swap_blocks:>6} "
                      f"{warm[s]:>7} {format_bytes(st.predicted_peak_bytes, 2):>11}  {rec}")
     t = plan.predicted_iteration_time
+    if data > 1:
+        lines.append(f"data all-reduce once a step after each stage's last backward: the plan's "
+                     f"{best.makespan:.4g} s pipeline ends at {t:.4g} s (closed form, planner.mesh_plan)")
     parts = [f"plan {t:.4g} s"]
     for name, v in plan.baselines:
         label = _NAMES.get(name, name)

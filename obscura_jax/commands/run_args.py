@@ -11,7 +11,7 @@ from obscura_jax.devices import parse_devices
 from obscura_jax.errors import UsageError
 from obscura_jax.launch import launch_local, process_spec, without_flag
 from obscura_jax.run_config import RunConfig
-from planner.plan_meta import source_from_json
+from planner.plan_meta import layout_from_json, source_from_json
 from schedules.generators import CHUNKED
 from schedules.jsonio import read_json
 
@@ -19,7 +19,7 @@ from schedules.jsonio import read_json
 # Defaults of the flags a preset (compare --demo) may set; a flag left at None
 # takes the preset's value, then this one.
 FLAG_DEFAULTS = {"model": "llama2-tiny", "micro_batch_size": 2, "seq_len": 64, "data": "synthetic",
-                 "steps": 6, "lr": 1e-3}
+                 "steps": 6, "lr": 1e-3, "policy": "none"}
 
 
 def fill_defaults(args, preset: dict | None = None) -> None:
@@ -54,7 +54,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pipeline")
     g.add_argument("--stages", type=int, default=None, metavar="P", help="pipeline stages (default 4)")
     g.add_argument("--microbatches", type=int, default=None, metavar="M", help="micro-batches per step (default 8)")
-    g.add_argument("--policy", default="none", metavar="NAME|ops",
+    g.add_argument("--policy", default=None, metavar="NAME|ops",
                    help="recompute policy of non-adjusted stages: a preset of the model's family "
                         "(llama, gpt: none, full, selective, mlp, cmb), `layer` (one checkpoint per "
                         "transformer layer, keeping its input) or comma-separated op names (default none)")
@@ -99,8 +99,9 @@ def add_layout_args(g) -> None:
                    help="tensor parallelism inside each stage (Megatron layout over T devices; default 1); "
                         "a run uses pipeline devices x D x T devices")
     g.add_argument("--layout", default=None, metavar="ROW",
-                   help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX or FILE "
-                        "(its best row); sets stages, D, T, micro-batch size and policy")
+                   help="run one row of a layout sweep (`obscura sweep --json`): FILE:INDEX (INDEX from 1, "
+                        "as the sweep ranks its rows) or FILE (its best runnable row); sets the model, seq len, "
+                        "stages, D, T, micro-batch size (the row's x D), micro-batches, policy and attention")
 
 
 def add_process_args(p: argparse.ArgumentParser) -> None:
@@ -162,16 +163,22 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--swap-fraction", type=float, default=0.0, metavar="B", help="beta: fraction of a block swapped")
 
 
+LAYOUT_KEYS = ("data_parallel", "tensor_parallel")
+
+
 def plan_preset(path: str | None) -> dict:
-    """Flag defaults from a plan's source (model, layers, seq len, micro-batch): what
-    `train --plan` runs unless told otherwise ({} for a plan that records none)."""
+    """Flag defaults from a plan's stage mesh and source (model, layers, seq len,
+    micro-batch): what `train --plan` runs unless told otherwise."""
     if not path:
         return {}
     data = read_json(path, "plan file")
-    source = source_from_json(data) if isinstance(data, dict) else None
-    if source is None:
+    if not isinstance(data, dict):
         return {}
-    preset = {"seq_len": source.seq_len, "micro_batch_size": source.micro_batch}
+    preset = dict(zip(LAYOUT_KEYS, layout_from_json(data)))
+    source = source_from_json(data)
+    if source is None:
+        return preset
+    preset.update({"seq_len": source.seq_len, "micro_batch_size": source.micro_batch})
     cfg = models.CONFIGS.get(source.base_model)
     if cfg is not None:
         preset["model"] = cfg.name
@@ -199,6 +206,8 @@ def run_config(args, **overrides) -> RunConfig:
         model_overrides.append(("compute_dtype", args.compute_dtype))
     if getattr(args, "layers", None) is not None:
         model_overrides.append(("num_layers", args.layers))
+    if getattr(args, "attention", None):          # set by --layout (the sweep row's kernel)
+        model_overrides.append(("attention_impl", args.attention))
     kw = dict(
         model=args.model, stages=args.stages, microbatches=args.microbatches,
         schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),

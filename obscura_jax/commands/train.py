@@ -6,9 +6,11 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from obscura_jax.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
+from obscura_jax.commands.layout_row import apply_layout
+from obscura_jax.commands.run_args import (LAYOUT_KEYS, add_model_data_args, add_process_args, add_schedule_args,
                                            fill_defaults, needed_stages, plan_preset, run_config,
                                            run_with_processes)
 from obscura_jax import interrupt
@@ -28,7 +30,7 @@ def add_parser(sub):
                    help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
-                        "plan's model, layers, seq len and micro-batch become the defaults "
+                        "plan's model, layers, seq len, micro-batch and stage layout (D x T) become the defaults "
                         "(default: no plan)")
     p.add_argument("--plan-scale-down", action="store_true",
                    help="run a plan made for another model (e.g. a 28B plan on llama2-tiny): its schedule, "
@@ -70,11 +72,30 @@ def run(args):
         if given:
             raise UsageError(f"--plan fixes the schedule, adjusted stages and swapping: drop {given[0]}")
     args.schedule = args.schedule or "1f1b"
+    row = apply_layout(args)
     preset = plan_preset(args.plan)
+    check_plan_layout(args, preset)
     if args.model is not None and args.model != preset.get("model"):
-        preset = {}   # the plan's shape belongs to the plan's model
+        # the plan's shape belongs to the plan's model; its stage mesh is the plan's still
+        preset = {k: v for k, v in preset.items() if k in LAYOUT_KEYS}
     fill_defaults(args, preset)
+    if row is not None and row.note() and args.processes == 1 and os.environ.get("OBSCURA_PROCESS_ID", "0") == "0":
+        print(row.note())   # once: by a run alone, or by process 0 of several
     return run_with_processes(args, needed_stages(args), lambda place, group: _train(args, place, group))
+
+
+def check_plan_layout(args, preset: dict) -> None:
+    """A --data-parallel / --tensor-parallel given with --plan must be the plan's
+    (unless --plan-scale-down: that run is not comparable anyway)."""
+    if args.plan_scale_down:
+        return
+    for key in LAYOUT_KEYS:
+        given, planned = getattr(args, key), preset.get(key)
+        if given is not None and planned is not None and given != planned:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} {given} disagrees with plan {args.plan}, made for "
+                             f"{preset['data_parallel']} data x {preset['tensor_parallel']} tensor devices a stage "
+                             "(--plan-scale-down runs it anyway, not comparable)")
 
 
 def check_outputs(args) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from models.config import ModelConfig
 from models.units import even_partition, unit_param_count
 from planner.errors import PlanError
+from planner.layouts.mesh_costs import replicated_unit_params
 from planner.profile import unit_kinds
 from schedules.costs import StageCosts
 
@@ -60,15 +61,11 @@ class TrainingState:
 
 
 def replicated_params(kind: str, cfg: ModelConfig) -> int:
-    """Parameters TP does not split: norm scales (and GPT's norm biases and the
-    row-parallel output biases), GPT's learned position table."""
-    d = cfg.hidden
-    llama = cfg.family == "llama"
-    if kind in ("attn", "mlp"):
-        return d if llama else 3 * d
-    if kind == "head":
-        return d if llama else 2 * d
-    return unit_param_count(cfg, "embed") - cfg.vocab_size * d          # embed: positions (GPT)
+    """Parameters TP does not split, as the family's registration says
+    (planner.layouts.mesh_costs.replicated_unit_params): norm scales (and GPT's norm
+    biases and the row-parallel output biases), the embedding table and GPT's learned
+    position table (neither built-in family shards its embedding)."""
+    return replicated_unit_params(cfg, kind)
 
 
 def params_per_gpu(kinds: list[str], cfg: ModelConfig, tp: int) -> float:

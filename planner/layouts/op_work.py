@@ -11,6 +11,9 @@ Per op we also record:
   gate/up, head-parallel attention, row-parallel attn_proj/mlp_down, vocab-parallel
   logits). The rest (norms, residual adds) are replicated on every TP rank unless
   sequence parallelism shards them along the sequence.
+  A model's registration may shard less (models.tensor_parallel): an op is split only
+  in a unit kind its family's registration shards (planner.layouts.unit_costs), so
+  the embedding, which neither built-in family shards, runs whole on every rank.
 - `recomputed_in_backward`: whether remat must recompute the op to run the backward
   when it is in the recompute set. attn_proj, attn_res, mlp_down, mlp_res and embed
   feed no VJP of their own unit (the add's and the gather's VJPs need no primal), so

@@ -10,7 +10,7 @@ from planner.layouts.sweep import ANALYTIC, SCALED, SweepResult
 from schedules.jsonio import replace_atomically
 from schedules.sizes import GiB
 
-CSV_FIELDS = ("rank", "fits", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
+CSV_FIELDS = ("rank", "fits", "runnable", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
               "num_microbatches", "policy", "attention", "cost_source", "memory_per_gpu_gib",
               "weights_gib", "activations_gib", "transient_gib", "worst_stage",
               "iteration_time_s", "pipeline_time_s", "dp_exposed_s", "bubble_fraction",
@@ -39,7 +39,15 @@ def header(r: SweepResult) -> list[str]:
         _source_line(r) + "; pipeline: schedules.simulate(1f1b)",
         f"{len(r.results)} layouts evaluated, {len(r.fitting)} fit, "
         f"{len(r.skipped)} (mbs, TP, PP) combinations skipped by divisibility",
+        f"{sum(x.runnable for x in r.fitting)} fitting layouts the model registry can shard "
+        f"(run one: obscura train --layout SWEEP.json:#)" + _not_runnable(r),
     ]
+
+
+def _not_runnable(r: SweepResult) -> str:
+    reasons = sorted({x.not_runnable for x in r.fitting if not x.runnable})
+    return f"; the others: {reasons[0]}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "") \
+        if reasons else ""
 
 
 def _source(source: str) -> str:
@@ -58,7 +66,7 @@ def table(r: SweepResult, top: int = 20) -> list[str]:
         lines.append(f"{i:>3} {x.mfu * 100:5.1f}%  {lo.label:<12} {lo.dp:>3} {lo.num_microbatches:>5}  "
                      f"{lo.policy:<9} {lo.attention:<5} {x.memory.total / GiB:6.1f}GiB "
                      f"{x.time.total:7.2f} {x.time.bubble_fraction * 100:5.1f}%  "
-                     f"{_source(x.source)}")
+                     f"{_source(x.source)}{'' if x.runnable else ' (not runnable)'}")
     return lines
 
 
@@ -102,7 +110,7 @@ def csv_rows(r: SweepResult) -> list[dict]:
         if x.fits:
             rank += 1
         rows.append({
-            "rank": rank if x.fits else "", "fits": x.fits,
+            "rank": rank if x.fits else "", "fits": x.fits, "runnable": x.runnable,
             "mfu": f"{x.mfu:.5f}" if x.fits else "", "label": lo.label,
             "micro_batch": lo.micro_batch, "tp": lo.tp, "pp": lo.pp, "sp": lo.sp, "dp": lo.dp,
             "num_microbatches": lo.num_microbatches, "policy": lo.policy, "attention": lo.attention,

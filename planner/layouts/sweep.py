@@ -9,10 +9,12 @@ of the same shape and seq when there are any); each row says which.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from models.config import ModelConfig
+from models.errors import ObscuraError
 from models.info import flops_per_token
+from models.tensor_parallel import check_tensor_parallel
 from planner.errors import PlanError
 from planner.layouts.hardware import Hardware
 from planner.layouts.measured import BENCH_REVISION, MeasuredLayers, calibrate, layer_key
@@ -36,10 +38,17 @@ class LayoutResult:
     time: IterationTime | None = None   # None when the layout does not fit
     mfu: float | None = None
     tokens_per_second: float | None = None
+    not_runnable: str | None = None     # why the model registry cannot shard it (None: runnable)
 
-    def to_json(self) -> dict:
+    @property
+    def runnable(self) -> bool:
+        """`obscura train --layout` can run it: the registry shards the model over its TP."""
+        return self.not_runnable is None
+
+    def to_json(self, rank: int | None = None) -> dict:
         t = self.time
-        return {**self.layout.to_json(), "label": self.layout.label, "fits": self.fits,
+        return {**self.layout.to_json(), "label": self.layout.label, "rank": rank, "fits": self.fits,
+                "runnable": self.runnable, "not_runnable": self.not_runnable,
                 "cost_source": self.source, "mfu": self.mfu,
                 "tokens_per_second": self.tokens_per_second,
                 "iteration_time": t.total if t else None,
@@ -87,7 +96,7 @@ class SweepResult:
                 "num_layouts": len(self.results), "num_fitting": len(self.fitting),
                 "skipped": [{"where": w, "reason": r} for w, r in self.skipped],
                 "notes": list(self.notes),
-                "layouts": [r.to_json() for r in self.results]}
+                "layouts": [r.to_json(i if r.fits else None) for i, r in enumerate(self.results, 1)]}
 
 
 def _rank_key(r: LayoutResult):
@@ -164,6 +173,16 @@ def evaluate_layout(layout: Layout, cfg: ModelConfig, seq_len: int, units: dict[
     return LayoutResult(layout, source, mem[worst], worst, True, t, mfu, tps)
 
 
+def registry_problem(cfg: ModelConfig, tp: int) -> str | None:
+    """Why the model registry cannot shard `cfg` over `tp` (models.tensor_parallel,
+    what `obscura train --tensor-parallel` checks), or None."""
+    try:
+        check_tensor_parallel(cfg, tp)
+    except ObscuraError as e:
+        return str(e)
+    return None
+
+
 def run_sweep(cfg: ModelConfig, seq_len: int, grid: LayoutGrid, hw: Hardware | None = None,
               state: TrainingState | None = None, measured: MeasuredLayers | None = None,
               progress=None) -> SweepResult:
@@ -185,9 +204,11 @@ def run_sweep(cfg: ModelConfig, seq_len: int, grid: LayoutGrid, hw: Hardware | N
         measured = None
     costs = _Costs(cfg, seq_len, hw, measured, layouts)
     results = []
+    problems = {tp: registry_problem(cfg, tp) for tp in sorted({l.tp for l in layouts})}
     for i, layout in enumerate(layouts):
         units, source = costs(layout)
-        results.append(evaluate_layout(layout, cfg, seq_len, units, source, state, hw, fpt))
+        results.append(replace(evaluate_layout(layout, cfg, seq_len, units, source, state, hw, fpt),
+                               not_runnable=problems[layout.tp]))
         if progress is not None:
             progress(i + 1, len(layouts))
     fitting = sorted((r for r in results if r.fits), key=_rank_key)

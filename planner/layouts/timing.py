@@ -19,7 +19,9 @@ simulated):
   - with ZeRO-1 the updated parameters are all-gathered, overlapped with the next
     iteration's first forward (--overlap-param-gather): again only the excess counts;
   - the Adam step streams ~28 bytes per locally updated parameter through HBM.
-The iteration ends when the slowest stage has finished all of that. Against a
+The iteration ends when the slowest stage has finished all of that
+(planner.layouts.mesh_costs.gradient_sync_end: the closed form the planner shares,
+there without the overlap, as the runtime syncs after the last backward). Against a
 simulation of every bucket the closed form is exact when the traffic hides (nothing
 is exposed) and pessimistic otherwise: it overlaps each collective with one compute
 op only (tests/planner/layouts/test_timing.py holds it to those bounds).
@@ -36,7 +38,7 @@ from planner.costs import stage_costs
 from planner.layouts.hardware import Hardware
 from planner.layouts.memory import TrainingState, params_per_gpu
 from planner.layouts.space import Layout
-from planner.layouts.unit_costs import collective_time
+from planner.layouts.mesh_costs import MeshLayout, StageSync, data_parallel_seconds, gradient_sync_end
 from planner.profile import Profile
 from schedules import StageCosts, Timeline
 
@@ -95,16 +97,9 @@ def dp_times(kinds: list[str], cfg: ModelConfig, layout: Layout, state: Training
              hw: Hardware) -> tuple[float, float, float]:
     """(gradient collective, parameter all-gather, optimizer step) seconds of one stage."""
     n = params_per_gpu(kinds, cfg, layout.tp)
-    d = layout.dp
-    bw = hw.collective_bandwidth(layout.tp * d)
-    lat = hw.collective_latency
-    if state.zero1:
-        grads = collective_time(n * state.grad_bytes, d, bw, lat, "reduce_scatter")
-        gather = collective_time(n * state.param_bytes, d, bw, lat, "all_gather")
-        updated = n / d
-    else:
-        grads = collective_time(n * state.grad_bytes, d, bw, lat, "all_reduce")
-        gather, updated = 0.0, n
+    grads, gather = data_parallel_seconds(n, state.grad_bytes, state.param_bytes, MeshLayout(layout.dp, layout.tp),
+                                          hw, state.zero1)
+    updated = n / layout.dp if state.zero1 else n
     return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
 
 
@@ -112,19 +107,10 @@ def iteration_time(costs: StageCosts, stages: list[list[str]], layout: Layout, c
                    state: TrainingState, hw: Hardware) -> tuple[IterationTime, Timeline]:
     """(IterationTime, the simulated Timeline) of the pipeline `costs` describes."""
     timeline = simulate_pipeline(layout, costs)
-    end, worst_exposed = 0.0, 0.0
-    optimizer_worst = 0.0
-    for s, kinds in enumerate(stages):
-        ops = [o for o in timeline.ops if o.stage == s]
-        last_b = max((o for o in ops if o.kind.value == "B"), key=lambda o: o.end)
-        first_f = min((o for o in ops if o.kind.value == "F"), key=lambda o: o.start)
-        grads, gather, opt = dp_times(kinds, cfg, layout, state, hw)
-        exposed = max(0.0, grads - last_b.duration) + max(0.0, gather - first_f.duration)
-        end = max(end, last_b.end + exposed + opt)
-        worst_exposed = max(worst_exposed, exposed)
-        optimizer_worst = max(optimizer_worst, opt)
+    syncs = [StageSync(*dp_times(kinds, cfg, layout, state, hw)) for kinds in stages]
+    end, worst_exposed = gradient_sync_end(timeline, syncs, overlap_backward=True)
     st0 = timeline.stages[0]
     bubble = 1.0 - st0.compute / timeline.makespan if timeline.makespan > 0 else 0.0
     return IterationTime(pipeline=timeline.makespan, dp_exposed=worst_exposed,
-                         optimizer=optimizer_worst, total=end, bubble_fraction=bubble,
+                         optimizer=max(s.after for s in syncs), total=end, bubble_fraction=bubble,
                          recompute=st0.recompute), timeline

@@ -14,14 +14,10 @@ A unit's UnitProfile, as the sweep fills it:
 Measured layer costs (measured.py) rescale the compute part; the TP collectives are
 modelled and never rescaled, so a UnitModel keeps the two apart.
 
-Tensor parallelism (Megatron): column/row-parallel GEMMs, head-parallel attention
-and the element-wise ops between them divide by t; norms and residual adds are
-replicated on every rank unless sequence parallelism (SP) shards them. Per attention
-or MLP unit the forward does one all-reduce of the [tokens, hidden] activation
-(SP: a reduce-scatter + an all-gather, same volume) and the backward one more; under
-SP recomputing the unit's column-parallel GEMMs needs one more all-gather of the
-unit's normalised input, charged to its first column-parallel GEMM (every recompute
-preset that recomputes one recomputes that one). TP collectives are not overlapped.
+How tensor (and sequence) parallelism divides these costs is planner.layouts.
+mesh_costs, which the planner shares: the units are built on one GPU, then divided
+for the layout's TP / SP (`divide_unit`, with `unit_splits`: the share of each
+unit's time in ops TP splits, from the same op list) and given its TP collectives.
 """
 from __future__ import annotations
 
@@ -31,21 +27,10 @@ from models.config import ModelConfig
 from models.registry import preset_ops
 from planner.device import DeviceSpec
 from planner.layouts.hardware import Hardware
+from planner.layouts.mesh_costs import (Collectives, MeshLayout, UnitSplit, divide_unit, sharded_kinds,
+                                        tp_collectives, tp_share, with_collectives)
 from planner.layouts.op_work import FLASH, MATMUL, MEMORY, OpWork, edge_ops, layer_ops
 from planner.profile import FULL, UNIT_KINDS, OpProfile, Profile, UnitProfile
-
-# The first column-parallel GEMM of each (family, unit kind): it pays SP's regather.
-FIRST_COLUMN_PARALLEL = {("llama", "attn"): "q", ("gpt", "attn"): "qkv",
-                         ("llama", "mlp"): "mlp_gate", ("gpt", "mlp"): "mlp_up"}
-
-
-@dataclass(frozen=True)
-class Collectives:
-    """Seconds of a unit's TP collectives (modelled, never calibrated)."""
-    fwd: float = 0.0
-    bwd: float = 0.0
-    regather: float = 0.0            # SP: all-gather of the input to recompute column-parallel GEMMs
-    regather_op: str | None = None   # the first column-parallel GEMM, which pays it
 
 
 @dataclass(frozen=True)
@@ -57,12 +42,7 @@ class UnitModel:
 
     def profile(self, weight_bytes: float = 0.0) -> UnitProfile:
         """Compute plus collectives, with the layout's weight bytes."""
-        c, comm = self.compute, self.comm
-        ops = tuple((n, OpProfile(o.fwd_time + comm.regather, o.act_bytes) if n == comm.regather_op else o)
-                    for n, o in c.ops)
-        full = c.full_recompute + (comm.regather if comm.regather_op else 0.0)
-        return replace(c, fwd_time=c.fwd_time + comm.fwd, bwd_time=c.bwd_time + comm.bwd, ops=ops,
-                       full_recompute_time=full, weight_bytes=weight_bytes)
+        return replace(with_collectives(self.compute, self.comm), weight_bytes=weight_bytes)
 
     def scaled(self, fwd: float = 1.0, bwd: float = 1.0, recompute: float = 1.0,
                kept: float = 1.0) -> "UnitModel":
@@ -89,17 +69,10 @@ def kernel_time(kernels, device: DeviceSpec) -> float:
     return total
 
 
-def _share(op: OpWork, tp: int, sp: bool) -> float:
-    return 1.0 / tp if (op.tp_split or sp) else 1.0
-
-
-def collective_time(nbytes: float, group: int, bandwidth: float, latency: float,
-                    kind: str = "all_reduce") -> float:
-    """Ring collective over `group` ranks moving a buffer of `nbytes` (bus bandwidth)."""
-    if group <= 1 or nbytes <= 0:
-        return 0.0
-    factor = 2.0 * (group - 1) / group if kind == "all_reduce" else (group - 1) / group
-    return factor * nbytes / bandwidth + latency
+def _split(op: OpWork, cfg: ModelConfig) -> bool:
+    """Whether TP splits the op here: Megatron splits it (op_work) and the family's
+    registration shards its unit kind (neither built-in family shards the embedding)."""
+    return op.tp_split and op.unit in sharded_kinds(cfg)
 
 
 def unit_ops(cfg: ModelConfig, seq_len: int, micro_batch: int, attention: str) -> dict:
@@ -112,49 +85,51 @@ def unit_ops(cfg: ModelConfig, seq_len: int, micro_batch: int, attention: str) -
     return {kind: tuple(o for o in ops if o.unit == kind) for kind in UNIT_KINDS}
 
 
-def _tp_comm(kind: str, cfg: ModelConfig, tokens: float, tp: int, sp: bool, hw: Hardware) -> Collectives:
-    """The TP collectives of one unit."""
-    if tp <= 1:
-        return Collectives()
-    act = tokens * cfg.hidden * cfg.compute_bytes
-    bw, lat = hw.nvlink_bandwidth, hw.collective_latency
-    if kind in ("attn", "mlp"):
-        if not sp:
-            one = collective_time(act, tp, bw, lat)
-            return Collectives(one, one)
-        one = (collective_time(act, tp, bw, lat, "reduce_scatter")
-               + collective_time(act, tp, bw, lat, "all_gather"))
-        return Collectives(one, one, collective_time(act, tp, bw, lat, "all_gather"),
-                           FIRST_COLUMN_PARALLEL[cfg.family, kind])
-    if kind == "embed":   # vocab-parallel lookup: partial rows summed across ranks
-        return Collectives(collective_time(act, tp, bw, lat, "reduce_scatter" if sp else "all_reduce"))
-    # head: SP gathers the sequence before the vocab-parallel projection; the
-    # cross-entropy all-reduces a max and a sum per token.
-    stats = collective_time(2 * tokens * 4, tp, bw, lat)
-    gather = collective_time(act, tp, bw, lat, "all_gather") if sp else 0.0
-    return Collectives(gather + stats, gather)
-
-
-def _input_bytes(kind: str, cfg: ModelConfig, tokens: float, tp: int, sp: bool) -> float:
-    """Bytes of a unit's inputs, kept under every policy: int32 token ids for embed,
-    the hidden state (sharded by SP) otherwise, plus the head's int32 targets."""
+def _input_bytes(kind: str, cfg: ModelConfig, tokens: float) -> tuple[float, float]:
+    """(bytes of a unit's inputs, kept under every policy; the share of them that is
+    the hidden state, which SP shards): int32 token ids for embed, the hidden state
+    otherwise, plus the head's int32 targets."""
     if kind == "embed":
-        return tokens * 4
-    hidden = tokens * cfg.hidden * cfg.compute_bytes * (1.0 / tp if sp else 1.0)
-    return hidden + (tokens * 4 if kind == "head" else 0.0)
+        return tokens * 4, 0.0
+    hidden = tokens * cfg.hidden * cfg.compute_bytes
+    ids = tokens * 4 if kind == "head" else 0.0
+    return hidden + ids, hidden / (hidden + ids)
 
 
-def _compute_profile(kind: str, unit: tuple[OpWork, ...], cfg: ModelConfig, tokens: float, tp: int,
-                     sp: bool, device: DeviceSpec) -> UnitProfile:
+def _shares(unit: tuple[OpWork, ...], cfg: ModelConfig, device: DeviceSpec) -> tuple[float, float, float]:
+    """The share of a unit's forward, backward and full-recompute seconds in ops TP splits."""
+    def share(times: dict[str, float]) -> float:
+        total = sum(times.values())
+        return sum(t for n, t in times.items() if n in split) / total if total > 0 else 0.0
+    split = {o.name for o in unit if _split(o, cfg)}
+    fwd = {o.name: kernel_time(o.fwd, device) for o in unit}
+    return (share(fwd), share({o.name: kernel_time(o.bwd, device) for o in unit}),
+            share({o.name: fwd[o.name] for o in unit if o.recomputed_in_backward}))
+
+
+def unit_splits(cfg: ModelConfig, seq_len: int, micro_batch: int, attention: str,
+                device: DeviceSpec) -> dict[str, UnitSplit]:
+    """Per unit kind, what tensor parallelism divides (planner.layouts.mesh_costs):
+    the share of its seconds in split ops by this roofline at the shape, its split
+    named ops, the share of its input that is the hidden state."""
+    out = {}
+    for kind, unit in unit_ops(cfg, seq_len, micro_batch, attention).items():
+        fwd, bwd, rec = _shares(unit, cfg, device)
+        out[kind] = UnitSplit(fwd, bwd, rec, frozenset(o.name for o in unit if _split(o, cfg) and o.name != "loss"),
+                              _input_bytes(kind, cfg, float(seq_len * micro_batch))[1])
+    return out
+
+
+def _compute_profile(kind: str, unit: tuple[OpWork, ...], cfg: ModelConfig, tokens: float,
+                     device: DeviceSpec) -> UnitProfile:
+    """The unit on one GPU, kernels only."""
     c = cfg.compute_bytes
-    times = {o.name: kernel_time(o.fwd, device) * _share(o, tp, sp) for o in unit}
-    ops = tuple((o.name, OpProfile(times[o.name] if o.recomputed_in_backward else 0.0,
-                                   o.kept_elems * c * _share(o, tp, sp)))
+    times = {o.name: kernel_time(o.fwd, device) for o in unit}
+    ops = tuple((o.name, OpProfile(times[o.name] if o.recomputed_in_backward else 0.0, o.kept_elems * c))
                 for o in unit if o.name != "loss")   # "loss" is the head's logsumexp, not a named op
     return UnitProfile(
-        fwd_time=sum(times[o.name] for o in unit),
-        bwd_time=sum(kernel_time(o.bwd, device) * _share(o, tp, sp) for o in unit),
-        weight_bytes=0.0, input_bytes=_input_bytes(kind, cfg, tokens, tp, sp), ops=ops,
+        fwd_time=sum(times.values()), bwd_time=sum(kernel_time(o.bwd, device) for o in unit),
+        weight_bytes=0.0, input_bytes=_input_bytes(kind, cfg, tokens)[0], ops=ops,
         full_recompute_time=sum(times[o.name] for o in unit if o.recomputed_in_backward))
 
 
@@ -166,26 +141,30 @@ def _transient(kind: str, unit: tuple[OpWork, ...], redo: frozenset[str], cfg: M
     policy re-materialises, and XLA attention's probability, dP and float32 dS
     matrices (B x heads x T^2) or the head's float32 logits and their gradient."""
     c = cfg.compute_bytes
-    act = tokens * cfg.hidden * c * (1.0 / tp if sp else 1.0)
-    widest = max((o.kept_elems * c * _share(o, tp, sp) for o in unit), default=0.0)
-    rematerialised = sum(o.kept_elems * c * _share(o, tp, sp) for o in unit
-                         if FULL in redo or o.name in redo)
+    act = tokens * cfg.hidden * c * tp_share(False, tp, sp)
+    kept = [o.kept_elems * c * tp_share(_split(o, cfg), tp, sp) for o in unit]
+    widest = max(kept, default=0.0)
+    rematerialised = sum(b for o, b in zip(unit, kept) if FULL in redo or o.name in redo)
     extra = 0.0
     if kind == "attn" and attention == "xla":
-        extra = (4 + 2 * c) * micro_batch * (cfg.num_heads / tp) * float(seq_len) ** 2
+        extra = (4 + 2 * c) * micro_batch * cfg.num_heads * tp_share(True, tp, sp) * float(seq_len) ** 2
     if kind == "head":
-        extra = 2 * 4 * tokens * cfg.vocab_size / tp
+        extra = 2 * 4 * tokens * cfg.vocab_size * tp_share(kind in sharded_kinds(cfg), tp, sp)
     return 2 * act + widest + rematerialised + extra
 
 
 def analytic_units(cfg: ModelConfig, seq_len: int, micro_batch: int, attention: str, policy: str,
                    tp: int, sp: bool, hw: Hardware) -> dict[str, UnitModel]:
-    """Every unit kind's analytic costs under one layout's choices."""
+    """Every unit kind's analytic costs under one layout's choices: built on one GPU,
+    divided by the layout's TP / SP as planner.layouts.mesh_costs says."""
     ops = unit_ops(cfg, seq_len, micro_batch, attention)
     redo = recompute_ops(policy, cfg.family)
     tokens = float(seq_len * micro_batch)
-    return {kind: UnitModel(_compute_profile(kind, ops[kind], cfg, tokens, tp, sp, hw.device),
-                            _tp_comm(kind, cfg, tokens, tp, sp, hw),
+    layout = MeshLayout(1, tp, sp)
+    splits = unit_splits(cfg, seq_len, micro_batch, attention, hw.device)
+    return {kind: UnitModel(divide_unit(_compute_profile(kind, ops[kind], cfg, tokens, hw.device), splits[kind],
+                                        layout),
+                            tp_collectives(kind, cfg, tokens, layout, hw),
                             _transient(kind, ops[kind], redo, cfg, tokens, micro_batch, seq_len,
                                        attention, tp, sp))
             for kind in UNIT_KINDS}

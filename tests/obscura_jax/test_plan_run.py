@@ -94,3 +94,33 @@ def test_a_run_of_a_plan_issues_in_the_plans_order(plan_28b, tmp_path):
     path.write_text(json.dumps(broken))
     assert plan_issue_order(SimpleNamespace(plan=str(path)), sched) is None
     assert plan_issue_order(SimpleNamespace(plan=None), sched) is None
+
+
+@pytest.fixture(scope="module")
+def mesh_plan(tmp_path_factory):
+    """A plan for llama2-tiny stages on 2 data x 1 tensor devices."""
+    path = tmp_path_factory.mktemp("mesh") / "mesh.json"
+    assert main(["plan", "--analytic", "llama2-tiny", "--seq-len", "64", "--micro-batch", "2", "--stages", "2",
+                 "--microbatches", "4", "--memory-limit", "1GiB", "--data-parallel", "2", "--json", str(path)]) == 0
+    return path
+
+
+def test_a_plans_layout_is_the_runs_default_and_must_match(mesh_plan, capsys):
+    from obscura_jax.commands.run_args import plan_preset
+    from obscura_jax.plan_run import plan_differences
+    from obscura_jax.run_config import RunConfig
+    from planner.plan import load_plan
+
+    preset = plan_preset(str(mesh_plan))
+    assert (preset["data_parallel"], preset["tensor_parallel"], preset["micro_batch_size"]) == (2, 1, 2)
+    plan = load_plan(mesh_plan)
+    one = RunConfig(plan=str(mesh_plan), seq_len=64, micro_batch_size=2)
+    assert plan_differences(one, plan, one.model_config()) == ["layout 2x1 vs 1x1 (data x tensor)"]
+    assert plan_differences(RunConfig(plan=str(mesh_plan), seq_len=64, micro_batch_size=2, data_parallel=2),
+                            plan, one.model_config()) == []
+    with pytest.raises(Exception, match="made for another run: layout 2x1 vs 1x1"):
+        one.resolve(one.model_config())
+    capsys.readouterr()
+    assert main(["train", "--plan", str(mesh_plan), "--data-parallel", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--data-parallel 1 disagrees with plan" in err and "2 data x 1 tensor" in err

@@ -40,3 +40,21 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
     # without recorded orders the generator's default order is used
     d["stages"] = [{k: v for k, v in st.items() if k != "actions"} for st in d["stages"]]
     validate(plan_to_schedule(plan_from_json(d)))
+
+
+def test_the_stage_mesh_layout_round_trips_and_is_optional(tmp_path):
+    from dataclasses import replace
+    plan = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3))
+    assert plan.layout == (1, 1) and "layout" not in plan.to_json()     # plans for one device a stage: as before
+    mesh = replace(plan, data_parallel=2, tensor_parallel=4)
+    d = mesh.to_json()
+    assert d["layout"] == {"data": 2, "tensor": 4}
+    path = tmp_path / "mesh.json"
+    save_plan(mesh, path)
+    assert load_plan(path).layout == (2, 4) and load_plan(path) == mesh
+    for bad, needle in [({"data": 0, "tensor": 1}, "positive integer"), ({"data": 2}, "must be"),
+                        ([2, 2], "must be"), ({"data": 2, "tensor": True}, "positive integer")]:
+        with pytest.raises(PlanError, match=needle):
+            plan_from_json({**d, "layout": bad})
+    with pytest.raises(PlanError, match="data_parallel"):
+        replace(plan, data_parallel=0)

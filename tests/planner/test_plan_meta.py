@@ -101,3 +101,17 @@ def test_a_derived_model_is_its_base_model_with_more_layers():
     src = PlanSource("llama2-tiny@6L", 6, 64, 2)
     assert src.base_model == "llama2-tiny" and mismatches(src, cfg, 64, 2) == []
     assert PlanSource("llama2-tiny@6L", 8, 64, 2).base_model == "llama2-tiny@6L"
+
+
+def test_a_plan_without_a_layout_is_for_one_device_a_stage():
+    from planner.plan_meta import layout_from_json
+    assert layout_from_json({}) == (1, 1)
+    assert layout_from_json({"layout": {"data": 4, "tensor": 2}}) == (4, 2)
+    with pytest.raises(PlanError, match="layout 'tensor'"):
+        layout_from_json({"layout": {"data": 4, "tensor": -2}})
+    with pytest.raises(PlanError, match="must be"):
+        layout_from_json({"layout": "x" * 10_000})       # a long value is cut in the message
+    try:
+        layout_from_json({"layout": "x" * 10_000})
+    except PlanError as e:
+        assert len(str(e)) < 200

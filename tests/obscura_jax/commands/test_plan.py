@@ -143,3 +143,39 @@ def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, profile_path, argv, n
     argv = [a.replace("{prof}", str(profile_path)) for a in argv]
     badinput.odd_files(tmp_path)
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))
+
+
+# ---- stage meshes: --data-parallel / --tensor-parallel ----
+def test_plan_for_a_stage_mesh_records_its_layout(capsys, tmp_path):
+    out_path = tmp_path / "mesh.json"
+    rc, out, err = run(capsys, "plan", "--analytic", "gpt3-tiny", "--seq-len", 64, "--micro-batch", 4,
+                       "--stages", 2, "--microbatches", 4, "--memory-limit", "1GiB",
+                       "--data-parallel", 2, "--tensor-parallel", 4, "--json", out_path)
+    assert rc == 0, err
+    assert "micro-batch 4) on analytic:A100-80GB, stages on 2 data x 4 tensor devices" in out
+    assert "limit 1.00 GiB per device" in out and "data all-reduce once a step" in out
+    d = json.loads(out_path.read_text())
+    assert d["layout"] == {"data": 2, "tensor": 4} and d["micro_batch"] == 4
+    rc, out, err = run(capsys, "plan", "--analytic", "gpt3-tiny", "--seq-len", 64, "--stages", 2,
+                       "--microbatches", 4, "--memory-limit", "1GiB", "--json", out_path)
+    assert rc == 0 and "layout" not in json.loads(out_path.read_text()) and "tensor devices" not in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--data-parallel", "2"], "micro-batch 1 is not divisible by data parallelism 2"),
+    (["--tensor-parallel", "4"], "tensor parallelism 4: llama2-tiny: KV heads (2) not divisible"),
+    (["--tensor-parallel", "3"], "attention heads (4) not divisible by tensor parallelism 3"),
+    (["--data-parallel", "0"], "--data-parallel must be >= 1"),
+    (["--tensor-parallel", "-2"], "--tensor-parallel must be >= 1"),
+])
+def test_layouts_that_cannot_be_planned_fail_with_one_line(capsys, tmp_path, argv, needle):
+    out_path = tmp_path / "p.json"
+    rc, out, err = run(capsys, "plan", "--analytic", "llama2-tiny", "--seq-len", 64, "--stages", 2,
+                       "--microbatches", 4, "--memory-limit", "1GiB", *argv, "--json", out_path)
+    assert rc == 2 and needle in err and err.count("\n") == 1 and not out_path.exists()
+
+
+def test_a_mesh_needs_a_registered_model(capsys, profile_path):
+    rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "1GiB", "--tensor-parallel", "2")
+    assert rc == 2 and "needs the profile's model registered" in err and err.count("\n") == 1

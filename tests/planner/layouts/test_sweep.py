@@ -121,3 +121,18 @@ def test_more_memory_admits_less_parallelism():
                     Hardware(gpu_memory=141e9), measured=None)
     assert len(small.fitting) < len(big.fitting)
     assert {x.layout.pp for x in big.fitting} == {1, 2}
+
+
+def test_rows_say_whether_the_registry_can_shard_them():
+    """A row is runnable (`obscura train --layout`) when models.tensor_parallel can
+    shard the model over its TP: here the head's vocabulary (1001) cannot split in 2."""
+    cfg = models.get_config("llama2-tiny").replace(vocab_size=1001)
+    r = run_sweep(cfg, 64, LayoutGrid(gpus=8, global_batch=16, micro_batches=(1,), pps=(1, 2), tps=(1, 2),
+                                      policies=("none",), attentions=("xla",), sequence_parallel=(False,)),
+                  measured=None)
+    assert {x.layout.tp for x in r.results if x.runnable} == {1}
+    bad = [x for x in r.results if not x.runnable]
+    assert bad and all(x.layout.tp == 2 and "head/w_out/kernel dim 1 (1001)" in x.not_runnable for x in bad)
+    rows = r.to_json()["layouts"]
+    assert [row["rank"] for row in rows] == [i if row["fits"] else None for i, row in enumerate(rows, 1)]
+    assert all(row["runnable"] == (row["tp"] == 1) for row in rows)

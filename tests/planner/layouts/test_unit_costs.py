@@ -6,7 +6,8 @@ import pytest
 import models
 from models.info import unit_residual_bytes
 from planner.layouts import Hardware, analytic_units
-from planner.layouts.unit_costs import collective_time, layout_profile, recompute_ops
+from planner.layouts.mesh_costs import collective_time
+from planner.layouts.unit_costs import layout_profile, recompute_ops
 from planner.profile import UNIT_KINDS
 
 POLICIES = ("none", "selective", "cmb", "mlp", "full")
