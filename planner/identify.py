@@ -1,4 +1,4 @@
-"""Pipeline transformation, step 1: which stages must recompute (spec sections 3, 7).
+"""Pipeline transformation, step 1: which stages must recompute (docs/obscura.md).
 
 A stage whose 1F1B memory W_s + (p - s) a_s exceeds the limit G is *adjusted*.
 With CMB-Identifying (on by default) a stage first tries the cheap `cmb` set
@@ -33,15 +33,19 @@ def parse_memory_limit(value) -> int:
 def stage_peak_1f1b(profile: Profile, units: tuple[int, int], stage: int, num_stages: int,
                     num_microbatches: int, recompute: frozenset[str],
                     unit_kept: UnitKept | None = None) -> float:
-    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + one
-    received activation and one received gradient waiting in the stage's inbox."""
+    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + the
+    inbox: one received gradient, and one received activation when the stage has a
+    steady phase (p - s < m: its next input arrives as a forward starts; with no
+    steady phase nothing waits then). In closed form, what the one memory fold
+    (schedules.memory) gives the stage on a simulated 1F1B order
+    (tests/planner/test_identify.py holds them equal)."""
     a, b = units
     kinds = profile.kinds
-    inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 else 0.0)
+    warm = warmup_1f1b(num_stages, num_microbatches, stage)
+    inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 and warm < num_microbatches else 0.0)
              + (profile.unit(kinds[b]).input_bytes if b < profile.num_units else 0.0))
     return (weight_bytes(profile, units) + inbox
-            + warmup_1f1b(num_stages, num_microbatches, stage)
-            * kept_bytes(profile, units, recompute, unit_kept)
+            + warm * kept_bytes(profile, units, recompute, unit_kept)
             + working_bytes(profile, units, recompute))
 
 

@@ -18,7 +18,8 @@ simulated):
     part longer than that backward is exposed;
   - with ZeRO-1 the updated parameters are all-gathered, overlapped with the next
     iteration's first forward (--overlap-param-gather): again only the excess counts;
-  - the Adam step streams ~28 bytes per locally updated parameter through HBM.
+  - the Adam step streams ~28 bytes per locally updated parameter through HBM
+    (StageCosts.optimizer, the simulator's own optimizer term).
 The iteration ends when the slowest stage has finished all of that. Against a
 simulation of every bucket the closed form is exact when the traffic hides (nothing
 is exposed) and pessimistic otherwise: it overlaps each collective with one compute
@@ -92,8 +93,8 @@ def simulate_pipeline(layout: Layout, costs: StageCosts) -> Timeline:
 
 
 def dp_times(kinds: list[str], cfg: ModelConfig, layout: Layout, state: TrainingState,
-             hw: Hardware) -> tuple[float, float, float]:
-    """(gradient collective, parameter all-gather, optimizer step) seconds of one stage."""
+             hw: Hardware) -> tuple[float, float]:
+    """(gradient collective, parameter all-gather) seconds of one stage."""
     n = params_per_gpu(kinds, cfg, layout.tp)
     d = layout.dp
     bw = hw.collective_bandwidth(layout.tp * d)
@@ -101,16 +102,26 @@ def dp_times(kinds: list[str], cfg: ModelConfig, layout: Layout, state: Training
     if state.zero1:
         grads = collective_time(n * state.grad_bytes, d, bw, lat, "reduce_scatter")
         gather = collective_time(n * state.param_bytes, d, bw, lat, "all_gather")
-        updated = n / d
     else:
         grads = collective_time(n * state.grad_bytes, d, bw, lat, "all_reduce")
-        gather, updated = 0.0, n
-    return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
+        gather = 0.0
+    return grads, gather
+
+
+def adam_seconds(kinds: list[str], cfg: ModelConfig, layout: Layout, state: TrainingState, hw: Hardware) -> float:
+    """One stage's Adam step: the parameters it updates (a DP shard of them with
+    ZeRO-1) streamed through HBM, ADAM_BYTES_PER_PARAM each: its StageCosts.optimizer."""
+    n = params_per_gpu(kinds, cfg, layout.tp)
+    updated = n / layout.dp if state.zero1 else n
+    return updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
 
 
 def iteration_time(costs: StageCosts, stages: list[list[str]], layout: Layout, cfg: ModelConfig,
                    state: TrainingState, hw: Hardware) -> tuple[IterationTime, Timeline]:
-    """(IterationTime, the simulated Timeline) of the pipeline `costs` describes."""
+    """(IterationTime, the simulated Timeline) of the pipeline `costs` describes; the
+    Adam step is StageCosts.optimizer (set here from adam_seconds), after each
+    stage's last backward and its exposed gradient traffic."""
+    costs = costs.with_(optimizer=tuple(adam_seconds(kinds, cfg, layout, state, hw) for kinds in stages))
     timeline = simulate_pipeline(layout, costs)
     end, worst_exposed = 0.0, 0.0
     optimizer_worst = 0.0
@@ -118,7 +129,8 @@ def iteration_time(costs: StageCosts, stages: list[list[str]], layout: Layout, c
         ops = [o for o in timeline.ops if o.stage == s]
         last_b = max((o for o in ops if o.kind.value == "B"), key=lambda o: o.end)
         first_f = min((o for o in ops if o.kind.value == "F"), key=lambda o: o.start)
-        grads, gather, opt = dp_times(kinds, cfg, layout, state, hw)
+        grads, gather = dp_times(kinds, cfg, layout, state, hw)
+        opt = costs.optimizer_time(s)
         exposed = max(0.0, grads - last_b.duration) + max(0.0, gather - first_f.duration)
         end = max(end, last_b.end + exposed + opt)
         worst_exposed = max(worst_exposed, exposed)

@@ -46,10 +46,21 @@ def test_transfer_lag_only_between_devices():
 
 
 def test_no_other_copy_of_the_rule():
+    """Who reads dependencies reads them from the table's column (schedules.actions,
+    through schedules.deps or the priced table) and defines no rule of its own."""
     root = Path(__file__).resolve().parents[2]
     for path in ("schedules/validator.py", "schedules/ordering.py", "schedules/simulator.py",
-                 "schedules/timeline.py", "schedules/generators/relax.py", "obscura_jax/events.py"):
+                 "schedules/timeline.py", "schedules/generators/relax.py", "schedules/generators/device_relax.py",
+                 "obscura_jax/events.py", "obscura_jax/messages.py"):
         text = (root / path).read_text()
-        assert "from schedules.deps import" in text, path
-        for old in ("def _cross_dep", "def _cross_deps", "def _dependencies", "def _comm_wait"):
+        assert "from schedules.deps import" in text or "from schedules.actions import" in text \
+            or "from schedules.simulator import price_schedule" in text, path
+        for old in ("def _cross_dep", "def _cross_deps", "def _dependencies", "def _comm_wait", "def _rule"):
             assert old not in text, (path, old)
+
+
+def test_the_rule_is_the_tables_waits_column():
+    from schedules.actions import KINDS
+    present = {A(1, I, 0), A(2, I, 0), A(1, SI, 0)}
+    for kind in Kind:
+        assert dependencies(A(1, kind, 0), present, 4) == KINDS[kind].waits(1, 0, present.__contains__, 4)
