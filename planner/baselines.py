@@ -1,4 +1,4 @@
-"""The paper's baselines (spec section 9), simulated with the same profile, the
+"""The paper's baselines (docs/obscura.md, section 9), simulated with the same profile, the
 even partition and the same memory accounting as the plan:
 
     dapple       1F1B, no recompute

@@ -10,7 +10,7 @@ the inbox, activations and gradients received but not yet consumed, as the engin
 counts them). XLA's own scratch buffers are not modelled (keep headroom with
 `reserve`).
 
-Swap grid (spec section 5, Eq. 4): lambda_k, the blocks the last adjusted stage
+Swap grid (docs/obscura.md, section 5: Eq. 4): lambda_k, the blocks the last adjusted stage
 evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
 [2, p-k-2] widened so short pipelines still try some swapping; w_k is stage k's
 warm-up forwards, the generator's cap), earlier stages evict one more each; beta

@@ -96,3 +96,16 @@ def test_the_held_peak_is_at_least_the_blocks_and_the_count_over_the_order(name,
     if host >= 40.0:
         counted = counted_peaks(s, c)
         assert all(h >= a - w for h, a, w in zip(held, counted, c.weight_bytes))
+
+
+@pytest.mark.parametrize("p, m, k, lam_k, beta", SWAPS)
+@pytest.mark.parametrize("host_bandwidth", [10.0, 5.0])
+def test_eq4_a_block_that_hides_costs_the_simulator_nothing(p, m, k, lam_k, beta, host_bandwidth):
+    """Eq. 4's transfer constraint a_adj beta <= (3f + r) B: where every swapped
+    block hides, the simulated iteration is the one without host transfers."""
+    c = uniform(p, host_bandwidth=host_bandwidth)
+    sched, lam = _swapped(p, m, k, lam_k, beta, c)
+    if all(swap_hides(c.kept_bytes(s, True), beta, host_bandwidth, c.fwd[s], c.bwd[s], c.recompute[s])
+           for s in range(k + 1) if lam[s]):
+        free = simulate(sched, c.with_(host_bandwidth=float("inf"))).makespan
+        assert simulate(sched, c).makespan == free
