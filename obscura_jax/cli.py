@@ -31,6 +31,7 @@ from models.errors import ObscuraError
 from obscura_jax import interrupt
 from obscura_jax.cli_files import check_files
 from obscura_jax.environment import check_environment
+from obscura_jax.errors import error_line
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
@@ -106,14 +107,6 @@ def load_model_modules(args) -> None:
     """Import what --model-module names (before anything looks a model up)."""
     for spec in getattr(args, "model_module", None) or ():
         load_model_module(spec)
-
-
-def error_line(err: BaseException) -> str:
-    """One line for a user error: its message's first line; a file problem names the file."""
-    if isinstance(err, OSError) and err.filename is not None:
-        return f"{err.filename}: {err.strerror or err}"
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def interrupted(prog: str) -> int:

@@ -69,16 +69,16 @@ def family_baselines(setting: Setting, partition: Partition) -> dict[str, Evalua
     return {name: simulate_family(setting, cfg) for name, cfg in family_configs(setting, partition).items()}
 
 
-def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True,
-                   exhaustive: bool = False) -> tuple[float, Evaluation | None]:
+def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True
+                   ) -> tuple[float, Evaluation | None]:
     """(least max-stage peak over the configurations the planner may choose, the
     evaluation that reaches it): the first of `floor_candidates` with the least peak.
     Candidates are simulated in order of `peak_lower_bound`, and those whose bound
     cannot beat the best so far are never simulated: the same answer as simulating
-    every one (`exhaustive`, kept for tests) for a fraction of the simulations."""
+    every one (tests/planner/test_baselines.py checks) for a fraction of the simulations."""
     free = Setting(setting.profile, setting.num_microbatches, math.inf, setting.unit_kept)
     candidates = floor_candidates(setting, partition, cmb, swap)
-    bounds = [-math.inf if exhaustive else peak_lower_bound(free, cfg) for cfg in candidates]
+    bounds = [peak_lower_bound(free, cfg) for cfg in candidates]
     best, best_i, best_ev = math.inf, len(candidates), None
     for i in sorted(range(len(candidates)), key=lambda i: (bounds[i], i)):
         if (bounds[i], i) > (best, best_i):

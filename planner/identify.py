@@ -15,10 +15,15 @@ from typing import Sequence
 from models.registry import get_family
 from planner.costs import kept_bytes, weight_bytes, working_bytes
 from planner.errors import PlanError
-from planner.memory_model import warmup_1f1b
 from planner.profile import Profile
 from planner.residuals import UnitKept
 from schedules.sizes import parse_bytes
+
+
+def warmup_1f1b(p: int, m: int, s: int) -> int:
+    """Micro-batches stage s holds at most in 1F1B (DAPPLE): p - s (the paper's
+    Step 1 rule; the one memory fold counts the same over a 1F1B order)."""
+    return min(p - s, m)
 
 
 def parse_memory_limit(value) -> int:
@@ -57,10 +62,6 @@ class Identification:
     @property
     def adjusted(self) -> tuple[int, ...]:
         return tuple(range(self.last_adjusted + 1))
-
-    @property
-    def cmb_stages(self) -> tuple[int, ...]:
-        return tuple(s for s, r in enumerate(self.recompute) if r and s > self.last_adjusted)
 
 
 def cmb_set(profile: Profile) -> frozenset[str]:

@@ -21,10 +21,10 @@ the engine's message routes and obscura_jax.events.
 """
 from __future__ import annotations
 
-from typing import Container, Sequence
+from typing import Container
 
 from schedules.actions import KINDS
-from schedules.ir import Action, Kind, Schedule, action
+from schedules.ir import Action, Kind, Schedule
 
 Key = Action   # the former (stage, kind value, micro-batch) keys: an Action is that tuple
 
@@ -45,22 +45,6 @@ def dependency_table(present, num_stages: int) -> dict[Action, tuple[Action, ...
     return {a: KINDS[a[1]].waits(a[0], a[2], has, num_stages) for a in present}
 
 
-def backward_input(stage: int, microbatch: int, present: Container[Action]) -> Action:
-    """The step of (stage, micro-batch) that sends its gradient upstream: I if the
-    stage splits that backward, else B."""
-    i = action(stage, Kind.I, microbatch)
-    return i if i in present else action(stage, Kind.B, microbatch)
-
-
 def dependency_map(schedule: Schedule) -> dict[Action, tuple[Action, ...]]:
     """Every action of `schedule` -> what it waits on (computed once per schedule)."""
     return dependency_table({a for row in schedule.rows for a in row}, schedule.num_stages)
-
-
-def transfer_lag(dep: Action, act: Action, stage_to_device, boundary_lag: Sequence[float]) -> float:
-    """Time a dependency's output takes to reach the action: the p2p transfer over the
-    boundary between the two stages (boundary_lag[s]: stage s to s+1, e.g.
-    StageCosts.p2p_time) when they run on different devices, else 0."""
-    if dep[0] == act[0] or stage_to_device[dep[0]] == stage_to_device[act[0]]:
-        return 0.0
-    return boundary_lag[min(dep[0], act[0])]

@@ -8,7 +8,7 @@ BENCHMARKS.md ("Planner")):
   predicts less time than the simulator (it is pessimistic by up to ~25%)."""
 import pytest
 
-from planner.memory_model import eq1_resident_blocks, peaks_1f1b, peaks_obscura, peaks_strawman, warmup_obscura
+from tests.planner.paper_memory import eq1_resident_blocks, peaks_1f1b, peaks_obscura, peaks_strawman, warmup_obscura
 from planner.search import resident_blocks, warmups
 from planner.time_model import predict_closed_form, swap_hides
 from schedules import StageCosts, generate, simulate

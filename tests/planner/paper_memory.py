@@ -1,27 +1,18 @@
-"""Per-stage memory M_s = W_s + A_s of the Obscura paper (docs/obscura.md, "Memory"),
-for 1F1B, Recomp-N, the strawman and Obscura, in closed form: the paper's Eq. 1,
-A_s = (mu_s - lambda_s) a_adj + (1 - beta) lambda_s a_adj, with mu_s the
-micro-batches a schedule keeps in flight on stage s. The planner takes every stage
-peak from the one accounting (schedules.memory, the fold over the per-kind table's
-memory effects, on the simulated timeline: `StageStats.peak_held_bytes`); these
-forms stay as the paper's equations, each held against that fold by
-tests/planner/test_memory_model.py: equal without swapping and, counted over the
-action order (schedules.memory.order_memory), with it; the simulator, which frees
-a swapped block only when its SO ends, may see more. `warmup_1f1b` is also the
-p - s of the paper's Step 1 rule in planner.identify (which stages must recompute
-at all). The planner adds the rematerialisation working set
-(`planner.costs.working_bytes`) on top.
+"""The Obscura paper's Eq. 1 in closed form, the test oracle of the one memory fold
+(schedules.memory): per-stage memory M_s = W_s + A_s for 1F1B, Recomp-N, the strawman
+and Obscura, A_s = (mu_s - lambda_s) a_adj + (1 - beta) lambda_s a_adj, with mu_s
+the micro-batches a schedule keeps in flight on stage s (docs/obscura.md, section 5).
+test_memory_model.py holds the fold to it: equal without swapping and, counted over
+the action order (schedules.memory.order_memory), with it; the simulator, which
+frees a swapped block only when its SO ends, may see more. The planner reads the
+fold, and 1F1B's p - s (planner.identify.warmup_1f1b) for its Step 1.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
+from planner.identify import warmup_1f1b
 from schedules.costs import StageCosts
-
-
-def warmup_1f1b(p: int, m: int, s: int) -> int:
-    """Micro-batches stage s holds at most in 1F1B (DAPPLE): p - s."""
-    return min(p - s, m)
 
 
 def warmup_strawman(p: int, m: int, k: int, s: int) -> int:
