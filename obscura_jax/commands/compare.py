@@ -1,6 +1,7 @@
 """obscura compare: several schedules trained one after the other on the same devices,
 model and data (in one process, or in several with --processes N); one table,
-measured Gantt charts, one JSON per schedule.
+measured Gantt charts, one JSON per schedule (and, with --json, the comparison's
+JSON at a path of its own).
 
     obscura compare --schedules 1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5 --out cmp
     obscura compare --demo --out demo_out      (what `make demo` runs)
@@ -12,6 +13,7 @@ swap_fraction, adjusted_policy; list values joined with '+', e.g. adjusted=0+1).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -45,6 +47,8 @@ def add_parser(sub):
                         "1F1B vs Obscura (explicit flags still override)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs; one compare at a time (a lock "
                         "file .obscura.lock-DIR beside it)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the comparison (obscura-compare/1, DIR/compare.json) here (default: not written)")
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)
@@ -87,6 +91,7 @@ def run(args):
         cfg = item_config(args, name, kw)
         cfg.resolve(cfg.model_config())
     check_out(Path(args.out))
+    check_writable(args.json, "--json")
     return run_with_processes(args, args.stages or 4, lambda place, group: _compare(args, items, place, group))
 
 
@@ -144,6 +149,9 @@ def _compare(args, items, place, group) -> int:
             publish(out, final)
             print(f"wrote {final}/ (table.txt, compare.json, per-schedule JSON, measured.png and "
                   "per-schedule Gantt PNGs)")
+            if args.json:
+                write_json_atomic(Path(args.json), json.loads((final / "compare.json").read_text()))
+                print(f"wrote {args.json}")
         return code
     finally:
         if out is not None and out.exists():
