@@ -1,6 +1,7 @@
-"""The package layering (models <- schedules <- planner <- obscura_jax), checked on
-the source: every import, at the top of a module or inside a function, may only
-reach a package to its left. And `import schedules` starts no JAX."""
+"""The package layering (models <- schedules <- planner <- obscura_jax <- experiments),
+checked on the source: every import, at the top of a module or inside a function,
+may only reach a package to its left. No import circles. And `import schedules`
+starts no JAX."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("models", "schedules", "planner", "obscura_jax")
+ORDER = ("models", "schedules", "planner", "obscura_jax", "experiments")
 JAX_FREE = ("schedules",)      # may not import jax (or flax, optax) at all
 
 
