@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib
 
+import models.ops  # noqa: F401  the built-in families (Llama-2, GPT-3) register on import (no JAX)
+
 _EXPORTS = {
     "CONFIGS": "models.config", "ModelConfig": "models.config", "get_config": "models.config",
     "register_config": "models.config",

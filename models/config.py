@@ -1,6 +1,6 @@
 """Model configurations: frozen, validated, registered by name.
 
-The 13B shapes follow the Obscura paper (section 9 of spec/obscura.md): its 18B,
+The 13B shapes follow the Obscura paper (docs/obscura.md, section 9): its 18B,
 23B and 28B models are the 13B model with more layers. We add 16 layers per step
 (40 -> 56 -> 72 -> 88): 16 keeps every layer count divisible by p = 8 stages (and
 by 4 for the 4-GPU platform), so the paper's even split of 2L/p units per stage is
@@ -133,7 +133,7 @@ CONFIGS: dict[str, ModelConfig] = {
     "gpt3-18b": _gpt3_13b("gpt3-18b", 56),
     "gpt3-23b": _gpt3_13b("gpt3-23b", 72),
     "gpt3-28b": _gpt3_13b("gpt3-28b", 88),
-    # The LLaMA-30B shape of the layout-sweep paper (spec/layouts.md: its "30B"); the
+    # The LLaMA-30B shape of the layout-sweep paper (docs/layouts.md: its "30B"); the
     # sweep runs it at seq 8192, so the position limit is 8192 (RoPE has no table).
     "llama-30b": ModelConfig(name="llama-30b", family="llama", vocab_size=32000, hidden=6656,
                              num_layers=60, num_heads=52, num_kv_heads=52, ffn_hidden=17920,

@@ -60,11 +60,6 @@ class RecomputePolicy:
         return all_ops() if self.family is None else ops_for(self.family)
 
     @property
-    def is_none(self) -> bool:
-        """Nothing recomputed beyond unnamed intermediates, nothing offloaded."""
-        return not self.recompute and not self.offload
-
-    @property
     def saved(self) -> frozenset[str]:
         """Ops kept on device."""
         return frozenset(self.vocabulary) - self.recompute - self.offload

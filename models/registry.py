@@ -289,7 +289,3 @@ def _import_name(name: str):
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.insert(0, str(Path.cwd()))   # `python -m`-like: modules beside the user
     return importlib.import_module(name)
-
-
-# The built-in families (Llama-2, GPT-3) register themselves through this module.
-import models.ops  # noqa: E402,F401  (at the end: models.ops imports the functions above)

@@ -17,7 +17,7 @@ chosen: ONE checkpoint of ONE global array, each device's row holding its stages
 state as bytes, saved by all processes together, so Orbax's own commit protocol (a
 step exists only once every process has written) still makes saves atomic; gathering
 the model to process 0 or per-process directories were rejected (details there).
-`open_checkpointer` picks the one for the run's ProcessGroup.
+`obscura_jax.run_checkpoint.open_checkpointer` picks the one for the run's ProcessGroup.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from obscura_jax.checkpoint_dir import DirectoryLock, warn
+from obscura_jax.checkpoint_dir import warn
 from obscura_jax.errors import RunError
 
 # Fields that must match between the checkpoint and the run resuming it. The
@@ -34,33 +34,6 @@ IDENTITY_FIELDS = ("model", "stages", "processes", "units", "seed", "data", "dat
                    "seq_len", "microbatches", "compute_dtype", "param_dtype", "optimizer", "layout")
 # What checkpoints written before a field existed mean by it.
 IDENTITY_DEFAULTS = {"processes": 1, "layout": {"data": 1, "tensor": 1}}
-
-
-def open_checkpointer(directory, resume: bool, group):
-    """The checkpointer for a run of `group`'s processes (all of them call this),
-    holding the directory's lock (taken by the leader; every process stops with the
-    same line if another run holds it) until close()."""
-    lock, refused = None, None
-    if group.is_leader:
-        try:
-            lock = DirectoryLock(directory)
-        except RunError as e:
-            refused = str(e)
-    refused = next((r for r in group.gather("checkpoint-lock", refused) if r), None)
-    if refused:
-        raise RunError(refused)
-    try:
-        if group.size == 1:
-            ckpt = PipelineCheckpointer(directory, resume=resume)
-        else:
-            from obscura_jax.packed_checkpoint import PackedCheckpointer  # lazy: only multi-process runs
-            ckpt = PackedCheckpointer(directory, resume=resume, group=group)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    ckpt.lock = lock
-    return ckpt
 
 
 def newest_readable(ckpt, identity: dict) -> int | None:

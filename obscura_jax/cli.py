@@ -32,6 +32,7 @@ from models.errors import ObscuraError
 from obscura_jax import blame, interrupt
 from obscura_jax.cli_files import check_files
 from obscura_jax.environment import check_environment
+from obscura_jax.errors import error_line
 from models.registry import load_model_module
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
@@ -109,14 +110,6 @@ def load_model_modules(args) -> None:
     for spec in getattr(args, "model_module", None) or ():
         module = load_model_module(spec)
         blame.note_user_module(module, spec if spec.strip().endswith(".py") else None)
-
-
-def error_line(err: BaseException) -> str:
-    """One line for a user error: its message's first line; a file problem names the file."""
-    if isinstance(err, OSError) and err.filename is not None:
-        return f"{err.filename}: {err.strerror or err}"
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def interrupted(prog: str) -> int:

@@ -40,8 +40,7 @@ from obscura_jax.transport import Mailbox, Transport
 
 
 class CrossProcessTransport(Transport):
-    def __init__(self, stage_devices, boundary_specs, boundary_bytes, rank: int, *,
-                 swap_for_test: bool = False, shardings=None):
+    def __init__(self, stage_devices, boundary_specs, boundary_bytes, rank: int, *, shardings=None):
         super().__init__(stage_devices, boundary_bytes, shardings)
         self.rank = rank
         self.process_of = [d.process_index for d in self.stage_devices]
@@ -49,14 +48,10 @@ class CrossProcessTransport(Transport):
         self.plan: list[Message] = []
         self.outbox = Mailbox(self.abort)
         self._received: dict = {}
-        self._swap_for_test = swap_for_test
 
     def set_order(self, order, routes) -> None:
         """The plan for a (new) global issue order."""
-        plan = transfer_plan(order, routes, self.process_of)
-        if self._swap_for_test and len(plan) > 1:   # test hook: an order that differs
-            plan[0], plan[1] = plan[1], plan[0]
-        self.plan = plan
+        self.plan = transfer_plan(order, routes, self.process_of)
 
     def is_local(self, stage: int) -> bool:
         return self.process_of[stage] == self.rank

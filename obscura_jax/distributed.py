@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from models.errors import ObscuraError
-from obscura_jax.errors import RunError
+from obscura_jax.errors import RunError, error_line
 from obscura_jax.launch import ProcessSpec
 from obscura_jax.process_group import ProcessGroup
 from obscura_jax.watchdog import Watchdog
@@ -77,7 +77,6 @@ class DistributedGroup(ProcessGroup):
     def transport(self, stage_devices, boundary_specs, boundary_bytes, shardings=None):
         from obscura_jax.cross_process import CrossProcessTransport  # lazy: starts JAX's transfer path
         self._transport = CrossProcessTransport(stage_devices, boundary_specs, boundary_bytes, self.rank,
-                                                swap_for_test=self.spec.swap_transfers_for_test,
                                                 shardings=shardings)
         return self._transport
 
@@ -173,8 +172,6 @@ class DistributedGroup(ProcessGroup):
             return
         self._slowest_step = max(self._slowest_step, step_seconds)
         self.watchdog.progress(what, max(self.spec.step_stall, 5 * self._slowest_step))
-        if self.spec.hang_after_step_for_test is not None and what == f"step {self.spec.hang_after_step_for_test}":
-            threading.Event().wait()          # test hook: stuck, yet its watchdog still beats
 
     def finish(self) -> None:
         """A clean end: leave together (process 0's service must outlive the others' reads)."""
@@ -189,8 +186,6 @@ class DistributedGroup(ProcessGroup):
         different command, a NaN loss) is the same on every process: its own line. Any
         other error (a transfer that failed, a bug) is usually a lost peer's doing: give
         the heartbeats time to name it, else name this process."""
-        from obscura_jax.cli import error_line  # lazy: the command line's one-line form
-
         if isinstance(error, ObscuraError):
             self.watchdog.abort(error_line(error), 2)
         if isinstance(error, KeyboardInterrupt):

@@ -129,9 +129,6 @@ class Pipeline:
                 "swap_blocks": spec.swap_blocks, "residual_bytes_per_microbatch": prog.residual_bytes,
                 "param_bytes": prog.params_bytes}
 
-    def stage_rows(self) -> list[dict]:
-        return [self.stage_row(s) for s in self.local_stages]
-
 
 def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: Placement,
                    shape: BatchShape, optimizer, order, *, swap_mechanism: str = "device_put",

@@ -4,8 +4,8 @@ or in JAX's import (issue 24).
 
 OBSCURA_COORDINATOR, OBSCURA_NUM_PROCESSES, OBSCURA_PROCESS_ID, OBSCURA_TRANSFER_ADDRESS,
 OBSCURA_LOCAL_DEVICE_IDS, OBSCURA_HEARTBEAT_SECONDS, OBSCURA_STEP_STALL_SECONDS
-(obscura_jax.launch, docs/multiprocess.md), the test hooks OBSCURA_TEST_HANG and
-OBSCURA_TEST_SWAP_TRANSFERS, and JAX_ENABLE_X64 (JAX parses it when it is imported).
+(obscura_jax.launch, docs/multiprocess.md) and JAX_ENABLE_X64 (JAX parses it when it
+is imported).
 OBSCURA_DEBUG takes any value. An empty variable counts as unset, as the readers do."""
 from __future__ import annotations
 
@@ -41,8 +41,6 @@ CHECKS = {
                                  "comma-separated device indices >= 0, e.g. 0,1"),
     "OBSCURA_HEARTBEAT_SECONDS": (_seconds, f"a number of seconds in (0, {MAX_SECONDS}]"),
     "OBSCURA_STEP_STALL_SECONDS": (_seconds, f"a number of seconds in (0, {MAX_SECONDS}]"),
-    "OBSCURA_TEST_HANG": (lambda v: re.fullmatch(r"\d+:\d+", v) is not None, "RANK:STEP"),
-    "OBSCURA_TEST_SWAP_TRANSFERS": (lambda v: _int(v, 0), "a process id"),
     "JAX_ENABLE_X64": (lambda v: v.strip().lower() in JAX_BOOLS, "true or false (or 1 / 0)"),
 }
 

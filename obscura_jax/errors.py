@@ -11,3 +11,11 @@ class UsageError(ObscuraError):
 
 class RunError(ObscuraError):
     """A run's configuration, data, devices, schedule or checkpoint cannot work."""
+
+
+def error_line(err: BaseException) -> str:
+    """One line for a user error: its message's first line; a file problem names the file."""
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.filename}: {err.strerror or err}"
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -5,14 +5,16 @@ waiter thread per (device, lane) calls `jax.block_until_ready` on them in issue
 order and notes the time they became ready. The dispatching workers never wait, so
 devices keep running concurrently; waiting threads release the GIL. Several
 workers record at once (one per device); each process records its own stages, and
-`merge_events` puts several processes' events on one clock. Lanes: compute
-(F, B, I, W) per device, and one lane per direction of host copies (SO, SI), which run
-on their own copy streams and may finish out of order with compute.
+`merge_events` puts several processes' events on one clock. Lanes are the per-kind
+table's (schedules.actions): compute (F, B, I, W) per device, and one lane per
+direction of host copies (SO, SI), which run on their own copy streams and may
+finish out of order with compute.
 
-An action's start is inferred as what an in-order device implies:
+An action's start is inferred as what an in-order device implies, by the list
+scheduler (schedules.list_schedule) the simulator runs:
     start = max(its dispatch time, end of the previous action in its lane,
-                end of every action it depends on (schedules.deps)). Cross-device transfer time is folded into
-the consumer. Error sources, stated honestly: a ready time is observed when the
+                end of every action it depends on (schedules.deps)).
+Cross-device transfer time is folded into the consumer. Error sources, stated honestly: a ready time is observed when the
 waiter thread next runs (the GIL switch interval is lowered to 0.1 ms while
 recording), and on emulated CPU devices "concurrent" stages share the host's cores.
 
@@ -30,10 +32,10 @@ from dataclasses import dataclass
 
 import jax
 
-from schedules.deps import dependencies
-from schedules.ir import Action, Kind
+from schedules.actions import LANE_OF, Priced, structure
+from schedules.ir import Action
+from schedules.list_schedule import list_schedule
 
-_LANE = {Kind.F: "compute", Kind.B: "compute", Kind.I: "compute", Kind.W: "compute", Kind.SO: "swap_out", Kind.SI: "swap_in"}
 TRANSFER_LANE = "transfer"
 
 
@@ -110,7 +112,7 @@ class EventRecorder:
 
     def issued(self, action: Action, arrays: tuple, dispatched: float) -> None:
         device = self._device_of[action.stage]
-        self._enqueue((device, _LANE[action.kind]), ActionEvent(action, device, dispatched, 0.0), arrays)
+        self._enqueue((device, LANE_OF[action.kind]), ActionEvent(action, device, dispatched, 0.0), arrays)
 
     def transferred(self, msg, value) -> None:
         """A transport delivered message `msg` (obscura_jax.messages.Message) as
@@ -150,27 +152,32 @@ class EventRecorder:
 def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action],
               origin: float | None = None) -> list[MeasuredOp]:
     """Events in any order -> ops with inferred starts, relative to `origin` (the
-    step's start; default: the first dispatch)."""
+    step's start; default: the first dispatch): the list scheduler
+    (schedules.list_schedule) over each device's part of the issue order, every action
+    released at its dispatch and ending when it was seen ready, in its lane of the
+    per-kind table (schedules.actions)."""
     by_action = {e.action: e for e in events}
     missing = [a for a in order if a not in by_action]
     if missing:
         raise RuntimeError(f"recorder lost {len(missing)} events (first: stage {missing[0].stage} {missing[0]})")
     first = min(e.dispatched for e in events)
     origin = first if origin is None else min(origin, first)
-    present = set(order)
-    lane_end: dict[tuple[int, str], float] = {}
-    end: dict[Action, float] = {}
-    ops = []
-    for a in order:  # issue order is a topological order and each lane's order
-        e = by_action[a]
-        lane = (e.device, _LANE[a.kind])
-        start = max([e.dispatched, lane_end.get(lane, origin)]
-                    + [end[d] for d in dependencies(a, present, num_stages) if d in end])
-        finish = max(e.ready, start)
-        lane_end[lane] = finish
-        end[a] = finish
-        ops.append(MeasuredOp(a, start - origin, finish - origin))
-    return ops
+    devices = sorted({by_action[a].device for a in order})
+    column = {dev: d for d, dev in enumerate(devices)}
+    rows: list[list[Action]] = [[] for _ in devices]
+    for a in order:    # issue order is a topological order and each lane's order
+        rows[column[by_action[a].device]].append(a)
+    where = [0] * num_stages
+    for a in order:
+        where[a.stage] = column[by_action[a].device]
+    st = structure(rows, num_stages, where)
+    run = Priced(st.actions, st.kind, st.rows, st.device_of, st.lane, st.deps, st.woken, st.pair,
+                 [0.0] * len(st.actions), [0.0] * len(st.actions), [0.0] * (num_stages + 1))
+    seen = [by_action[a] for a in st.actions]
+    done = list_schedule(run, row_rules=False, release=[e.dispatched for e in seen],
+                         observed_end=[e.ready for e in seen])
+    times = {a: (done.start[i] - origin, done.end[i] - origin) for i, a in enumerate(st.actions)}
+    return [MeasuredOp(a, *times[a]) for a in order]
 
 
 def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float) -> list[MeasuredTransfer]:

@@ -36,6 +36,7 @@ from obscura_jax.swap import HostSwap
 from obscura_jax.transport import Transport
 from obscura_jax.worker import StageWorker, StepContext, run_threads
 from schedules.ir import Action, Kind, Schedule
+from schedules.memory import fold_levels
 
 
 @dataclass
@@ -53,8 +54,10 @@ class MemoryLedger:
     waiting in the stage's inbox. `peak` is the maximum over the iteration.
 
     Workers of several devices note their changes as they issue (`add`, naming the
-    action that causes each); `settle` then replays them in issue order, so the
-    count does not depend on how the threads happened to interleave."""
+    action that causes each: the memory column of the per-kind table,
+    schedules/actions.py, with the sizes the engine measured); `settle` then folds
+    them in issue order with the one memory fold's sum (schedules.memory.fold_levels),
+    so the count does not depend on how the threads happened to interleave."""
     live: list[int]
     peak: list[int]
     _notes: list = field(default_factory=list, repr=False, compare=False)
@@ -73,9 +76,12 @@ class MemoryLedger:
         the order they were made in)."""
         with self._lock:
             notes, self._notes = self._notes, []
-        for _, stage, nbytes in sorted(notes, key=lambda n: position[n[0]]):
-            self.live[stage] += nbytes
-            self.peak[stage] = max(self.peak[stage], self.live[stage])
+        for stage, live in enumerate(self.live):
+            events = [(-1, 0, live)] + [(position[a], i, nbytes) for i, (a, s, nbytes) in enumerate(notes)
+                                        if s == stage]
+            level, peak = fold_levels(events)
+            self.live[stage] = int(level)
+            self.peak[stage] = max(self.peak[stage], int(peak))
         return self
 
 

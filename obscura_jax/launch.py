@@ -43,8 +43,6 @@ ENV_COORDINATOR, ENV_NUM, ENV_ID = "OBSCURA_COORDINATOR", "OBSCURA_NUM_PROCESSES
 ENV_TRANSFER, ENV_DEVICE_IDS = "OBSCURA_TRANSFER_ADDRESS", "OBSCURA_LOCAL_DEVICE_IDS"
 ENV_STALL = "OBSCURA_STEP_STALL_SECONDS"        # ProcessSpec.step_stall
 ENV_HEARTBEAT = "OBSCURA_HEARTBEAT_SECONDS"     # ProcessSpec.heartbeat_limit
-ENV_SWAP_TEST = "OBSCURA_TEST_SWAP_TRANSFERS"   # test hook: rank whose transfer order differs
-ENV_HANG_TEST = "OBSCURA_TEST_HANG"             # test hook: RANK:STEP, that process hangs after STEP
 ERROR_PREFIX = "obscura: error: "
 
 
@@ -61,8 +59,6 @@ class ProcessSpec:
     heartbeat_limit: float = 15.0     # seconds without a peer's heartbeat before it is lost
     step_stall: float = 30.0          # a step may take max(this, 5 x the slowest step) before "stuck"
     setup_stall: float = 600.0        # compiling, measuring, checkpointing: seconds before "stuck"
-    swap_transfers_for_test: bool = False  # test hook: this process swaps two transfers
-    hang_after_step_for_test: int | None = None  # test hook: this process hangs after that step
 
 
 def _int(value, what: str) -> int:
@@ -99,14 +95,11 @@ def process_spec(coordinator: str | None, num_processes, process_id, *, devices:
         raise UsageError(f"--devices-per-process must be >= 1, got {devices_per_process}")
     ids = environ.get(ENV_DEVICE_IDS)
     transfer = environ.get(ENV_TRANSFER) or _transfer_address(coordinator)
-    hang_rank, _, hang_step = environ.get(ENV_HANG_TEST, "").partition(":")
     stall = float(environ.get(ENV_STALL) or ProcessSpec.step_stall)
     heartbeat = float(environ.get(ENV_HEARTBEAT) or ProcessSpec.heartbeat_limit)
     return ProcessSpec(coordinator, num, pid, platform=platform, devices_per_process=devices_per_process,
                        local_device_ids=tuple(int(i) for i in ids.split(",")) if ids else None,
-                       transfer_address=transfer, step_stall=stall, heartbeat_limit=heartbeat,
-                       swap_transfers_for_test=environ.get(ENV_SWAP_TEST) == str(pid),
-                       hang_after_step_for_test=int(hang_step) if hang_rank == str(pid) and hang_step else None)
+                       transfer_address=transfer, step_stall=stall, heartbeat_limit=heartbeat)
 
 
 def _transfer_address(coordinator: str) -> str:

@@ -215,7 +215,7 @@ def swapped_bytes_per_iteration(schedule, stage_facts: list[dict], kind: Kind) -
 def swap_overlap(timeline: Timeline, devices) -> float | None:
     """Share of the measured SO/SI time that ran while its device was computing
     (an in-run view of how well copies hide; the no-swap comparison in
-    obscura_jax.benchmark is the end-to-end one)."""
+    experiments.benchmark is the end-to-end one)."""
     busy: dict[int, list[tuple[float, float]]] = {}
     for o in timeline.ops:
         if o.kind in (Kind.F, Kind.B):

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import schedules
 from obscura_jax.stage_mesh import device_bytes, local_value
-from obscura_jax.checkpoint import open_checkpointer
+from obscura_jax.run_checkpoint import open_checkpointer
 from obscura_jax.checkpoint_dir import MetricsLog, warn
 from obscura_jax.data import BatchShape, open_data
 from obscura_jax.engine import Pipeline, build_pipeline
@@ -200,7 +200,7 @@ def restore_with_fallback(ckpt, like: list, step: int, group: ProcessGroup) -> t
     """(step, trees) of the newest checkpoint from `step` down that restores on every
     process; a damaged one is skipped with one warning line (None, None: none left)."""
     from obscura_jax.checkpoint import skip_damaged  # lazy: only resumed runs
-    from obscura_jax.cli import error_line           # lazy: the command line's one-line form
+    from obscura_jax.errors import error_line
 
     candidates = [step] + ckpt.steps_before(step)
     for i, cand in enumerate(candidates):

@@ -5,8 +5,9 @@
     schedule = plan_to_schedule(plan)     # what `obscura train --plan` runs
 
 Modules: profile (format), analytic (shape-derived profiles), profiler (measured
-ones), costs (profile -> StageCosts), memory_model / time_model (the paper's
-Eq. 1-3, 5-6), identify (adjusted stages, CMB-Identifying), recompute_ip (Eq. 4
+ones), costs (profile -> StageCosts), time_model (the paper's Eq. 2-3, 5-6; its
+Eq. 1 is the test oracle of the one memory fold, schedules.memory), identify
+(adjusted stages, CMB-Identifying), recompute_ip (Eq. 4
 with CP-SAT), search (swap grid judged by the simulator), partition
 (Algorithm 1), baselines, plan (Plan, obscura-plan/1, make_plan), plan_meta (what
 a plan was made for; scaling a plan down onto a smaller model).

@@ -1,4 +1,4 @@
-"""The paper's baselines (spec section 9), simulated with the same profile, the
+"""The paper's baselines (docs/obscura.md, section 9), simulated with the same profile, the
 even partition and the same memory accounting as the plan:
 
     dapple       1F1B, no recompute
@@ -31,10 +31,12 @@ from planner.costs import Partition, kept_bytes, stage_costs, working_bytes
 from planner.families import baseline_configs as family_configs, simulate_family
 from planner.identify import cmb_set, identify, stage_peak_1f1b
 from planner.profile import FULL, LAYER
-from planner.search import (Config, Evaluation, Setting, base_order, chain_swap_blocks, recompute_names,
+from planner.search import (Config, Evaluation, Setting, base_order, recompute_names,
                             simulate_config, swap_options, swapped_rows, warmups_of_rows)
 from planner.time_model import swap_hides
-from schedules.ir import BACKWARD_INPUT_KINDS, Kind
+from schedules.generators.swap import chain_swap_blocks
+from schedules.ir import BACKWARD_INPUT_KINDS
+from schedules.memory import StageMemory, Uniform, order_memory
 
 BASELINES = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman")
 _FULL = frozenset({FULL})
@@ -67,16 +69,16 @@ def family_baselines(setting: Setting, partition: Partition) -> dict[str, Evalua
     return {name: simulate_family(setting, cfg) for name, cfg in family_configs(setting, partition).items()}
 
 
-def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True,
-                   exhaustive: bool = False) -> tuple[float, Evaluation | None]:
+def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True
+                   ) -> tuple[float, Evaluation | None]:
     """(least max-stage peak over the configurations the planner may choose, the
     evaluation that reaches it): the first of `floor_candidates` with the least peak.
     Candidates are simulated in order of `peak_lower_bound`, and those whose bound
     cannot beat the best so far are never simulated: the same answer as simulating
-    every one (`exhaustive`, kept for tests) for a fraction of the simulations."""
+    every one (tests/planner/test_baselines.py checks) for a fraction of the simulations."""
     free = Setting(setting.profile, setting.num_microbatches, math.inf, setting.unit_kept)
     candidates = floor_candidates(setting, partition, cmb, swap)
-    bounds = [-math.inf if exhaustive else peak_lower_bound(free, cfg) for cfg in candidates]
+    bounds = [peak_lower_bound(free, cfg) for cfg in candidates]
     best, best_i, best_ev = math.inf, len(candidates), None
     for i in sorted(range(len(candidates)), key=lambda i: (bounds[i], i)):
         if (bounds[i], i) > (best, best_i):
@@ -123,27 +125,21 @@ def peak_lower_bound(setting: Setting, config: Config) -> float:
     accounting (schedules.memory): F allocates its stage's kept bytes at its start;
     only B/W free a block (at their end, after every warm-up forward of the stage
     has started); an SO frees at most beta of a block, and only SOs listed before a
-    forward can have ended by its start; the inbox adds nothing negative. So at the
-    start of its j-th warm-up forward a stage holds at least (j - beta * SOs listed
-    before it) kept bytes, on top of its weights and working set (the same
-    StageCosts and working_bytes as simulate_config). Lowered by 1e-9 relative
-    against rounding."""
+    forward can have ended by its start; the inbox adds nothing negative. So a
+    stage holds at least the fold's count over its warm-up order (order_memory: each
+    SO done at its place) in kept bytes, on top of its weights and working set (the
+    same StageCosts and working_bytes as simulate_config). Lowered by 1e-9
+    relative against rounding."""
     if config.order is None:
         return -math.inf
     prof = setting.profile
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
     rows = swapped_rows(config.order, config.adjusted, config.swap_blocks, config.beta)
+    counted = Uniform(StageMemory(kept=1.0, swap_fraction=config.beta))
     bound = -math.inf
     for s, (row, units, r) in enumerate(zip(rows, config.partition, config.recompute)):
-        forwards = swaps = blocks = 0
-        for a in row:
-            if a.kind in BACKWARD_INPUT_KINDS:
-                break
-            if a.kind == Kind.F:
-                forwards += 1
-                blocks = max(blocks, forwards - config.beta * swaps)   # at this forward's start
-            elif a.kind == Kind.SO:
-                swaps += 1
+        first_b = next((i for i, a in enumerate(row) if a.kind in BACKWARD_INPUT_KINDS), len(row))
+        blocks = order_memory(row[:first_b], counted).peak_activation_bytes   # at a warm-up forward's start
         kept = costs.kept_bytes(s, bool(recompute_names(r, setting.op_order)))
         held = blocks * kept if costs.fwd[s] > 0 else 0.0   # zero-time ops could free at that instant
         need = costs.weight_bytes[s] + held + working_bytes(prof, units, r)

@@ -3,7 +3,7 @@ link bandwidths. The analytic profile (planner.analytic) and the layout sweep
 (planner.layouts) both price work with these numbers; nothing else states a rate.
 
 Achieved rates are what a roofline divides FLOPs or bytes by. Where the lent H200
-measured one it is cited (../shared/device-notes.md); the rest are datasheet peaks
+measured one its comment says so (BENCHMARKS.md holds the runs); the rest are datasheet peaks
 times an assumed efficiency, written as that product so the assumption shows.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pipeline transformation, step 1: which stages must recompute (spec sections 3, 7).
+"""Pipeline transformation, step 1: which stages must recompute (docs/obscura.md).
 
 A stage whose 1F1B memory W_s + (p - s) a_s exceeds the limit G is *adjusted*.
 With CMB-Identifying (on by default) a stage first tries the cheap `cmb` set
@@ -15,10 +15,15 @@ from typing import Sequence
 from models.registry import get_family
 from planner.costs import kept_bytes, weight_bytes, working_bytes
 from planner.errors import PlanError
-from planner.memory_model import warmup_1f1b
 from planner.profile import Profile
 from planner.residuals import UnitKept
 from schedules.sizes import parse_bytes
+
+
+def warmup_1f1b(p: int, m: int, s: int) -> int:
+    """Micro-batches stage s holds at most in 1F1B (DAPPLE): p - s (the paper's
+    Step 1 rule; the one memory fold counts the same over a 1F1B order)."""
+    return min(p - s, m)
 
 
 def parse_memory_limit(value) -> int:
@@ -33,15 +38,19 @@ def parse_memory_limit(value) -> int:
 def stage_peak_1f1b(profile: Profile, units: tuple[int, int], stage: int, num_stages: int,
                     num_microbatches: int, recompute: frozenset[str],
                     unit_kept: UnitKept | None = None) -> float:
-    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + one
-    received activation and one received gradient waiting in the stage's inbox."""
+    """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + the
+    inbox: one received gradient, and one received activation when the stage has a
+    steady phase (p - s < m: its next input arrives as a forward starts; with no
+    steady phase nothing waits then). In closed form, what the one memory fold
+    (schedules.memory) gives the stage on a simulated 1F1B order
+    (tests/planner/test_identify.py holds them equal)."""
     a, b = units
     kinds = profile.kinds
-    inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 else 0.0)
+    warm = warmup_1f1b(num_stages, num_microbatches, stage)
+    inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 and warm < num_microbatches else 0.0)
              + (profile.unit(kinds[b]).input_bytes if b < profile.num_units else 0.0))
     return (weight_bytes(profile, units) + inbox
-            + warmup_1f1b(num_stages, num_microbatches, stage)
-            * kept_bytes(profile, units, recompute, unit_kept)
+            + warm * kept_bytes(profile, units, recompute, unit_kept)
             + working_bytes(profile, units, recompute))
 
 
@@ -53,10 +62,6 @@ class Identification:
     @property
     def adjusted(self) -> tuple[int, ...]:
         return tuple(range(self.last_adjusted + 1))
-
-    @property
-    def cmb_stages(self) -> tuple[int, ...]:
-        return tuple(s for s, r in enumerate(self.recompute) if r and s > self.last_adjusted)
 
 
 def cmb_set(profile: Profile) -> frozenset[str]:

@@ -1,4 +1,4 @@
-"""Partition adjustment (spec section 6, Algorithm 1).
+"""Partition adjustment (docs/obscura.md, section 6: Algorithm 1).
 
 Adjusted stages run slower (f + b + r per micro-batch) than the rest. While the
 adjusted part sets the pace, T_k - C_adj > T_{k+1} (Eq. 5-6), move one unit from

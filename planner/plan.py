@@ -1,6 +1,6 @@
 """Plans (obscura-plan/1) and `make_plan`: profile + limit -> plan.
 
-Planning (spec section 8), all on one profile: (1) even partition; a stage whose
+Planning (docs/obscura.md, section 8), all on one profile: (1) even partition; a stage whose
 weights alone exceed the limit makes it infeasible; (2) identify adjusted stages
 0..k (planner.identify, CMB-Identifying by default; none adjusted: 1F1B); (3)
 swapping-aware recompute: swap grid x CP-SAT op choice, best by simulated time

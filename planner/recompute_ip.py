@@ -11,8 +11,8 @@ stage s = 0..k, which ops to recompute (x_{s,i} = 1) or the whole-unit preset
               work_s = max over unit kinds of one unit's recomputed bytes
 
 and, among equally fast choices, the least total recompute time, then the fewest
-recomputed ops. `brute_force` solves the same problem by enumeration (the test
-oracle); `score_closed_form` scores any choice in floating point.
+recomputed ops (tests/planner/recompute_oracle.py solves the same problem by
+enumeration); `score_closed_form` scores any choice in floating point.
 
 Integer scaling (CP-SAT needs integers). Bytes are counted in quanta q =
 G / 2^31 (about 40 bytes at 80 GiB). Every byte amount that is *kept or stays resident* is
@@ -27,7 +27,6 @@ is re-scored in floats by `score_closed_form`.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
@@ -148,31 +147,6 @@ def score_closed_form(problem: RecomputeProblem, sets: Sequence[frozenset[str]]
     stalls += [0.0] * (p - len(stalls))
     t0 = finish_times(p, m, k, c_adj, problem.c_non, stalls)[0]
     return feasible, t0, sum(c.recompute_time for c in choices), tuple(choices)
-
-
-def _key(problem, sets):
-    ok, t0, rsum, _ = score_closed_form(problem, sets)
-    nops = sum(len(problem.stages[s].ops) if FULL in r else len(r) for s, r in enumerate(sets))
-    return ok, (t0, rsum, nops)
-
-
-def brute_force(problem: RecomputeProblem) -> RecomputeSolution | None:
-    """Enumerate every op subset (and "full") of every stage; exponential, for tests."""
-    options = []
-    for st in problem.stages:
-        subsets = [frozenset(c) for n in range(len(st.ops) + 1) for c in itertools.combinations(st.ops, n)]
-        if problem.allow_full:
-            subsets.append(frozenset({FULL}))
-        options.append(subsets)
-    best, best_key = None, None
-    for sets in itertools.product(*options):
-        ok, key = _key(problem, sets)
-        if ok and (best_key is None or key < best_key):
-            best, best_key = sets, key
-    if best is None:
-        return None
-    _, t0, _, choices = score_closed_form(problem, best)
-    return RecomputeSolution(choices, t0, "BRUTE_FORCE")
 
 
 def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolution | None:

@@ -10,7 +10,7 @@ the inbox, activations and gradients received but not yet consumed, as the engin
 counts them). XLA's own scratch buffers are not modelled (keep headroom with
 `reserve`).
 
-Swap grid (spec section 5, Eq. 4): lambda_k, the blocks the last adjusted stage
+Swap grid (docs/obscura.md, section 5: Eq. 4): lambda_k, the blocks the last adjusted stage
 evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
 [2, p-k-2] widened so short pipelines still try some swapping; w_k is stage k's
 warm-up forwards, the generator's cap), earlier stages evict one more each; beta
@@ -27,14 +27,14 @@ from typing import Sequence
 
 from planner.costs import Partition, stage_costs, stage_views, working_bytes
 from planner.identify import cmb_set
-from planner.memory_model import resident_blocks
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
 from schedules import Action, Kind, Schedule, StageCosts, StageSpec, Timeline, generate
 from schedules.simulator import held_peaks, simulate
-from schedules.generators.common import assemble
-from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.generators.common import assemble, warmup_count
+from schedules.memory import StageMemory, Uniform, order_memory
+from schedules.generators.swap import add_swaps, chain_swap_blocks, resolve_swap_blocks
 
 BETA_GRID = (0.25, 0.5, 0.75, 1.0)
 MIGRATION_FRACTIONS = (0.0, 0.25, 0.5, 1.0)
@@ -184,13 +184,6 @@ def simulate_renamed(sched: Schedule, costs: StageCosts) -> Timeline:
     return simulate(sched, costs, check=False)
 
 
-def chain_swap_blocks(k: int, lam_k: int | None, warm: Sequence[int]) -> tuple[int, ...]:
-    """lambda_{s-1} = lambda_s + 1 on stages 0..k, capped so each keeps one block."""
-    if lam_k is None:
-        return (0,) * len(warm)
-    return tuple(max(0, min(lam_k + (k - s), warm[s] - 1)) if s <= k else 0 for s in range(len(warm)))
-
-
 def swap_options(k: int, num_stages: int, warm: Sequence[int], swap: bool
                  ) -> list[tuple[int | None, float]]:
     opts: list[tuple[int | None, float]] = [(None, 0.0)]
@@ -278,16 +271,21 @@ def obscura_config(setting: Setting, partition: Partition, k: int, fixed: Sequen
     return Config("obscura", partition, tuple(range(k + 1)), recompute, lam, b, order), sol
 
 
+def resident_blocks(schedule: Schedule, stage: int, beta: float | None = None) -> float:
+    """c_s of the recompute IP (Eq. 1 over a concrete order): the most blocks the
+    stage's own order keeps resident, a swapped one counting 1 - beta (`beta`
+    defaults to the stage's swap fraction): the one memory fold over the order
+    (schedules.memory.order_memory), each block one byte. It takes each action as
+    done at its position, so it is exact whenever swaps end before the next
+    forward (the simulator, which times them, may see more)."""
+    spec = schedule.stages[stage]
+    b = spec.swap_fraction if beta is None else beta
+    return order_memory(spec.actions, Uniform(StageMemory(kept=1.0, swap_fraction=b))).peak_activation_bytes
+
+
 def warmups_of_rows(rows) -> tuple[int, ...]:
-    out = []
-    for row in rows:
-        n = 0
-        for a in row:
-            if a.kind in (Kind.B, Kind.I):
-                break
-            n += a.kind == Kind.F
-        out.append(n)
-    return tuple(out)
+    """Forwards each row runs before its first backward (B or I)."""
+    return tuple(warmup_count(row) for row in rows)
 
 
 def warmups(schedule: Schedule) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""The paper's iteration-time model in closed form (spec sections 5-6: Eq. 2-3,
+"""The paper's iteration-time model in closed form (docs/obscura.md, sections 5-6: Eq. 2-3,
 uneven Eq. 5-6). It is NOT the judge: the simulator (schedules.simulate) is. The
 closed forms remain because they are fast and linear enough to define the recompute
 IP's search space (planner.recompute_ip) and Algorithm 1's loop test

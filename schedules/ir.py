@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from schedules.errors import ScheduleError
 
@@ -42,6 +43,10 @@ class Kind(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    # the string's own hash (C, cached), equal to Enum's hash(name) as name == value:
+    # actions are dictionary keys in every hot loop
+    __hash__ = str.__hash__
+
 
 COMPUTE_KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 BACKWARD_INPUT_KINDS = (Kind.B, Kind.I)     # the step that sends a gradient upstream
@@ -49,17 +54,29 @@ _SHORT_RE = re.compile(r"^(SO|SI|F|B|I|W)(\d+)$")
 _LONG_RE = re.compile(r"^(\d+)(SO|SI|F|B|I|W)(\d+)$")
 
 
-@dataclass(frozen=True, order=True)
-class Action:
+class _ActionFields(NamedTuple):
     stage: int
     kind: Kind
     microbatch: int
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.kind, Kind):
-            object.__setattr__(self, "kind", Kind(self.kind))
-        if self.stage < 0 or self.microbatch < 0:
-            raise ScheduleError(f"negative stage or micro-batch in action {self!r}")
+
+class Action(_ActionFields):
+    """One action, `[stage][kind][micro-batch]`, and also its key: the one hashable
+    type the dependency rule (schedules.deps), the list scheduler and the memory
+    fold index by. A tuple (stage, kind, micro-batch), so it orders, hashes and
+    compares as one: `Action(2, Kind.F, 0) == (2, "F", 0)` (a Kind is its string)."""
+    __slots__ = ()
+
+    def __new__(cls, stage: int, kind, microbatch: int) -> "Action":
+        if not isinstance(kind, Kind):
+            kind = Kind(kind)
+        if stage < 0 or microbatch < 0:
+            raise ScheduleError(f"negative stage or micro-batch in action Action(stage={stage}, kind={kind.value}, "
+                                f"microbatch={microbatch})")
+        return tuple.__new__(cls, (stage, kind, microbatch))
+
+    def __repr__(self) -> str:
+        return f"Action({self.stage}, {self.kind.value}, {self.microbatch})"
 
     def __str__(self) -> str:
         return f"{self.kind.value}{self.microbatch}"
@@ -89,6 +106,12 @@ class Action:
         where = f" on stage {stage}" if stage is not None else ""
         raise ScheduleError(f"cannot parse action {text!r}{where} (expected e.g. F3, I3, W3, SO3 "
                             f"or, stage first, 2F3)")
+
+
+def action(stage: int, kind: Kind, microbatch: int) -> Action:
+    """An Action from parts already checked (a Kind, indices >= 0): the hot loops'
+    constructor, without Action's checks."""
+    return tuple.__new__(Action, (stage, kind, microbatch))
 
 
 def check_recompute_names(names) -> None:

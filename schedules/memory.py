@@ -1,17 +1,19 @@
-"""The one memory accounting: what a device holds over time, from op records alone.
+"""The one memory accounting: a fold over the memory effects of the per-kind table
+(schedules/actions.py, its memory column), from op records alone.
 
 Per (stage, micro-batch) block on the device (residuals, "activations"):
-  F          allocates the stage's kept bytes at its start (an op's own `bytes` wins)
-  SO         frees the swapped share (beta of the block) at its end
-  SI         brings it back at its start
-  I          on a recomputing stage, re-materialises at its start what recompute had
-             dropped (kept without recompute minus kept with it), live until W: a
-             split backward needs those values again in W; and frees, at its end,
-             the bytes only the input gradient needed (StageCosts.freed_by_input_grad);
-             or, when measured (StageCosts.weight_grad_held), the block becomes at
-             I's end what W reads: its matmul inputs and output cotangents, which can
-             be more than the residuals on a recomputing stage
-  W, or B    frees the rest of the block at its end (B when the block has no W)
+  alloc        (F, at its start) the stage's kept bytes (an op's own `bytes` wins)
+  swap_out     (SO, at its end) the swapped share (beta of the block) leaves
+  swap_in      (SI, at its start) it comes back
+  remat        (I, at its start) on a recomputing stage, what recompute had dropped
+               (kept without recompute minus kept with it) is re-materialised and
+               lives until W: a split backward needs those values again in W
+  input_grad   (I, at its end) the bytes only the input gradient needed go
+               (StageCosts.freed_by_input_grad); or, when measured
+               (StageCosts.weight_grad_held), the block becomes what W reads: its
+               matmul inputs and output cotangents, which can be more than the
+               residuals on a recomputing stage
+  free         (W, or B when the block has no W, at its end) the rest of the block
 Inbox (what the device received but has not consumed yet, as the engine's ledger
 counts it): the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x),
 and the gradient of B/I(s, x) from the start of the backward-input step of (s+1, x) to
@@ -22,12 +24,21 @@ At equal times frees come before allocations (a stream frees before it reuses).
 `peak_activation_bytes` is the peak of the blocks alone; `peak_held_bytes` of blocks
 plus inbox, the figure the planner adds weights and the rematerialisation working set
 to. `peak_inflight_microbatches` counts blocks allocated and not yet freed.
+
+The same fold counts over an order instead of a timeline (`order_memory`: the
+i-th action of a row starts at 2i and ends at 2i + 1): what the cap search holds
+(generators/caps.py), the swap pass keeps resident (generators/swap.py), the
+recompute IP's resident blocks and the planner's lower bound read, and a 1F1B
+stage holds in the layout sweep. `fold_levels` is its running sum, which the
+runtime's MemoryLedger settles in issue order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
-from schedules.ir import BACKWARD_INPUT_KINDS, Kind
+from schedules.actions import KINDS, effective_kind, split_blocks
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind
 
 
 @dataclass(frozen=True)
@@ -50,85 +61,142 @@ class MemoryProfile:
     steps: tuple[tuple[float, float], ...]     # (time, resident block bytes), a step function
 
 
+class OrderOp(NamedTuple):
+    """An action placed on an order's clock (order_memory)."""
+    start: float
+    end: float
+    stage: int
+    kind: Kind
+    microbatch: int
+    bytes: float | None = None
+
+
 def device_memory(ops, memory, all_starts, num_stages: int) -> MemoryProfile:
     """Account one device. `ops`: its op records; `memory[s]`: StageMemory of stage
     s; `all_starts`: (stage, kind, micro-batch) -> start of every op of the timeline
     (producers of the inbox live on other devices)."""
     blocks, has_w = _block_events(ops, memory)
-    peak, peak_n, steps = _levels(blocks, memory, has_w)
+    peak, peak_n, steps = _levels(blocks, memory)
     held = _held(steps, ops, memory, all_starts, num_stages)
     return MemoryProfile(peak, peak_n, held, steps)
 
 
+def order_memory(row: Sequence[Action], memory) -> MemoryProfile:
+    """The fold over one row's order (no inbox): its i-th action starts at 2i, ends at 2i + 1."""
+    ops = [OrderOp(2 * i, 2 * i + 1, a[0], a[1], a[2]) for i, a in enumerate(row)]
+    return device_memory(ops, memory, {}, 0)
+
+
+class Uniform:
+    """The same StageMemory for every stage (e.g. one byte per block: a count)."""
+
+    def __init__(self, stage: StageMemory) -> None:
+        self.stage = stage
+
+    def __getitem__(self, s: int) -> StageMemory:
+        return self.stage
+
+
+BLOCKS = Uniform(StageMemory(kept=1.0))   # count blocks
+
+
+def _event(effect: str, st: StageMemory, o):
+    """(order at equal times: 0 frees first, 1 allocates; effect) of one table effect
+    of op `o`, or None when it does nothing on this stage."""
+    if effect in ("alloc", "swap_in"):
+        return 1, effect
+    if effect in ("swap_out", "free"):
+        return 0, effect
+    if effect == "remat":
+        return (1, effect) if st.remat else None
+    if st.held_for_weight_grad is not None:      # input_grad
+        return (1 if st.held_for_weight_grad > st.kept + st.remat else 0), "input_grad_hold"
+    return (0, "input_grad_free") if st.freed_by_input_grad else None
+
+
 def _block_events(ops, memory):
-    has_w = {(o.stage, o.microbatch) for o in ops if o.kind == Kind.W}
+    """Every op's memory effects (the table's column), sorted by time, frees first."""
+    has_w = split_blocks((o.stage, o.kind, o.microbatch) for o in ops)
     events = []  # (time, order, what, op): order 0 = free first at equal times
     for o in ops:
-        key = (o.stage, o.microbatch)
-        if o.kind == Kind.F:
-            events.append((o.start, 1, "alloc_mb", o))
-        elif o.kind == Kind.SO:
-            events.append((o.end, 0, "swap_out", o))
-        elif o.kind == Kind.SI:
-            events.append((o.start, 1, "swap_in", o))
-        elif o.kind in BACKWARD_INPUT_KINDS and key in has_w:
-            if o.kind == Kind.I and memory[o.stage].remat:
-                events.append((o.start, 1, "remat", o))
-            st = memory[o.stage]
-            if st.held_for_weight_grad is not None:
-                grows = st.held_for_weight_grad > st.kept + st.remat
-                events.append((o.end, 1 if grows else 0, "input_grad_hold", o))
-            elif st.freed_by_input_grad:
-                events.append((o.end, 0, "input_grad_free", o))
-        if o.kind == Kind.W or (o.kind == Kind.B and key not in has_w):
-            events.append((o.end, 0, "free_mb", o))
+        rule = KINDS[effective_kind(o.kind, (o.stage, o.microbatch) in has_w)]
+        st = memory[o.stage]
+        for at, effect in rule.memory:
+            found = _event(effect, st, o)
+            if found is not None:
+                events.append((o.start if at == "start" else o.end, found[0], found[1], o))
     events.sort(key=lambda e: (e[0], e[1]))
     return events, has_w
 
 
-def _levels(events, memory, has_w):
-    """Step function of resident block bytes, its peak, and the peak block count."""
-    size: dict[tuple[int, int], float] = {}
-    resident: dict[tuple[int, int], float] = {}
-    swapped: dict[tuple[int, int], float] = {}
-    total, inflight, peak, peak_n = 0.0, 0, 0.0, 0
-    scale = max([1.0] + [memory[s].kept for s in {o.stage for *_, o in events}])
-    mem: list[tuple[float, float]] = [(0.0, 0.0)]
-    for t, _, what, o in events:
+class Levels:
+    """The fold's state: each block's resident and swapped bytes, their total, the
+    blocks in flight; `apply` one effect (_event's names) of an op at a time."""
+
+    def __init__(self, memory) -> None:
+        self.memory = memory
+        self.size: dict[tuple[int, int], float] = {}
+        self.resident: dict[tuple[int, int], float] = {}
+        self.swapped: dict[tuple[int, int], float] = {}
+        self.total = 0.0
+        self.inflight = 0
+
+    def apply(self, what: str, o) -> None:
+        """Long: each effect of the table's memory column, side by side."""
         key = (o.stage, o.microbatch)
-        st = memory[o.stage]
-        if what == "alloc_mb":
-            size[key] = st.kept if o.bytes is None else o.bytes
-            resident[key] = size[key]
-            total += size[key]
-            inflight += 1
+        st = self.memory[o.stage]
+        resident, swapped = self.resident, self.swapped
+        if what == "alloc":
+            self.size[key] = st.kept if o.bytes is None else o.bytes
+            resident[key] = self.size[key]
+            self.total += self.size[key]
+            self.inflight += 1
         elif what == "swap_out":
-            moved = o.bytes if o.bytes is not None else st.swap_fraction * size.get(key, st.kept)
+            moved = o.bytes if o.bytes is not None else st.swap_fraction * self.size.get(key, st.kept)
             moved = min(moved, resident.get(key, 0.0))
             resident[key] = resident.get(key, 0.0) - moved
             swapped[key] = swapped.get(key, 0.0) + moved
-            total -= moved
+            self.total -= moved
         elif what == "swap_in":
             back = swapped.pop(key, 0.0)
             resident[key] = resident.get(key, 0.0) + back
-            total += back
+            self.total += back
         elif what == "remat":
             resident[key] = resident.get(key, 0.0) + st.remat
-            total += st.remat
+            self.total += st.remat
         elif what == "input_grad_hold":
-            total += st.held_for_weight_grad - resident.get(key, 0.0)
+            self.total += st.held_for_weight_grad - resident.get(key, 0.0)
             resident[key] = st.held_for_weight_grad
         elif what == "input_grad_free":
             freed = min(st.freed_by_input_grad, resident.get(key, 0.0))
             resident[key] = resident.get(key, 0.0) - freed
-            total -= freed
-        else:
-            total -= resident.pop(key, 0.0)
+            self.total -= freed
+        else:   # free
+            self.total -= resident.pop(key, 0.0)
             swapped.pop(key, None)
-            inflight = max(0, inflight - 1)
-        total = max(total, 0.0) if abs(total) < 1e-6 * scale else total
+            self.inflight = max(0, self.inflight - 1)
+
+    def apply_all(self, o, split: bool) -> None:
+        """Every effect of op `o` in the table's order (an order's clock: no ties)."""
+        st = self.memory[o.stage]
+        for _, effect in KINDS[effective_kind(o.kind, split)].memory:
+            found = _event(effect, st, o)
+            if found is not None:
+                self.apply(found[1], o)
+
+
+def _levels(events, memory):
+    """Step function of resident block bytes, its peak, and the peak block count."""
+    state = Levels(memory)
+    peak, peak_n = 0.0, 0
+    scale = max([1.0] + [memory[s].kept for s in {o.stage for *_, o in events}])
+    mem: list[tuple[float, float]] = [(0.0, 0.0)]
+    for t, _, what, o in events:
+        state.apply(what, o)
+        total = state.total
+        total = state.total = max(total, 0.0) if abs(total) < 1e-6 * scale else total
         peak = max(peak, total)
-        peak_n = max(peak_n, inflight)
+        peak_n = max(peak_n, state.inflight)
         if mem and mem[-1][0] == t:
             mem[-1] = (t, total)
         else:
@@ -136,8 +204,20 @@ def _levels(events, memory, has_w):
     return peak, peak_n, tuple(mem)
 
 
+def fold_levels(events) -> tuple[float, float]:
+    """(final level, peak) of (time, order, delta) events, sorted by time, frees
+    (order 0) first, then as listed: the sum every figure above ends in."""
+    level = peak = 0.0
+    for _, _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        level += delta
+        peak = max(peak, level)
+    return level, peak
+
+
 def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
-    """Peak of the block step function plus the inbox (frees first at equal times)."""
+    """Peak of the block step function plus the inbox (frees first at equal times):
+    F takes its input, the backward-input step its gradient, which a split
+    backward's W releases (the table's inbox column)."""
     events = []
     prev = 0.0
     for t, total in steps:
@@ -157,14 +237,12 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
                 if up is not None and mine is not None:   # a split backward keeps dy until W
                     events.append((up, 1, st.inbox_grad))
                     events.append((w_end.get((s, x), mine), 0, -st.inbox_grad))
-    events.sort(key=lambda e: (e[0], e[1]))
-    level = peak = 0.0
-    for _, _, delta in events:
-        level += delta
-        peak = max(peak, level)
-    return peak
+    return fold_levels(events)[1]
 
 
 def _backward_input_start(starts, stage: int, microbatch: int):
-    i = starts.get((stage, Kind.I, microbatch))
-    return i if i is not None else starts.get((stage, Kind.B, microbatch))
+    for kind in BACKWARD_INPUT_KINDS[::-1]:     # I, else B
+        t = starts.get((stage, kind, microbatch))
+        if t is not None:
+            return t
+    return None

@@ -1,21 +1,10 @@
-"""Discrete-event simulation of a schedule under a StageCosts cost model.
-
-Every device has three resources: its compute stream (the F, B, I and W of all its
-stages, in row order), its host-out link (SO, one at a time) and its host-in link
-(SI, one at a time); the links are full duplex and share nothing with compute. An
-action starts at the latest of the ends of what it waits on (schedules.deps; plus a
-p2p transfer, p2p_time of the boundary, when the producer runs on another device)
-and of its resource:
-  F, B, I, W   the previous compute op of its device ends
-  SO           the host-out link is free; the compute op listed before it has ended
-               (a swap is issued once the device reached its place)
-  SI           the host-in link is free; the compute op listed before it has ended;
-               the SO listed before it has ended ("evict one block before loading
-               one", so the resident level never rises during eviction-loading)
-Durations: F = fwd; B = bwd (+ recompute on adjusted stages); I = input_grad
-(+ recompute); W = weight_grad (StageCosts.input_grad_time / weight_grad_time; a B
-followed by a W of the same micro-batch, the older spelling of I, takes I's time);
-SO/SI = swap_fraction * kept bytes / host bandwidth.
+"""Simulation of a schedule under a StageCosts cost model: the per-kind table
+(schedules/actions.py: what each action waits on, its lane, its duration, its
+memory effect) priced for the schedule, run by the list scheduler
+(schedules/list_schedule.py) with every device issuing its row in order. Each
+device has a compute stream (the F, B, I and W of all its stages) and two host
+links (SO and SI, one at a time each, full duplex, apart from compute); since each
+runs in row order, every start is the longest path to it in the dependency graph.
 
 An overlapped pair (Schedule.overlapped: torch's `(a;b)OVERLAP_F_B`, DualPipeV) is
 one unit on the compute stream: it starts when both halves' inputs are there (torch
@@ -30,23 +19,29 @@ transfer next to a swapping stage gets `1 - link_sharing` of the link (its copie
 share it); `iteration_time` adds the optimizer step after the flush (per device, the
 sum over its stages). `on_one_device` merges a schedule's rows into one device's
 row (what the engine runs when every stage shares one GPU), in simulated start order.
-
-Because each resource runs its actions in row order, every start time is the
-longest path to it in the dependency graph; the simulator walks devices in
-dependency order and needs no event queue.
+Memory: the one fold (schedules.memory) over the simulated ops.
 """
 from __future__ import annotations
 
+from schedules.actions import StagePrice, boundary_lags, priced, swapping_stages
 from schedules.costs import StageCosts
-from schedules.deps import dependency_waits
 from schedules.errors import ScheduleError
-from schedules.ir import Action, Kind, Schedule, StageSpec
+from schedules.ir import Action, Schedule, StageSpec
+from schedules.list_schedule import list_schedule
 from schedules.memory import StageMemory
 from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
 
-_KIND_VALUE = {k: k.value for k in Kind}
-_KIND = {k.value: k for k in Kind}
+
+def price_schedule(schedule: Schedule, costs: StageCosts):
+    """The per-kind table (schedules.actions) applied to `schedule`'s rows under
+    `costs`: what the list scheduler runs to simulate it."""
+    p = schedule.num_stages
+    if costs.num_stages != p:
+        raise ScheduleError(f"costs describe {costs.num_stages} stages, schedule {schedule.name!r} has {p}")
+    stages = [StagePrice(costs, s, spec.adjusted, spec.swap_fraction) for s, spec in enumerate(schedule.stages)]
+    return priced(schedule.rows, p, schedule.stage_to_device, stages,
+                  boundary_lags(costs, swapping_stages(schedule.stages)), schedule.overlapped)
 
 
 def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
@@ -58,127 +53,18 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
 
 
 def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
-              ) -> tuple[list[list[tuple]], list[list[tuple[float, float, float]]]]:
-    """op_times row by row: each row's keys (stage, kind value, micro-batch) and
-    (start, end, recompute part), in row order.
-    Long: one loop keeps the four resources' rules side by side."""
+              ) -> tuple[tuple[tuple[Action, ...], ...], list[list[tuple[float, float, float]]]]:
+    """op_times row by row: each row's actions and (start, end, recompute part), in
+    row order: the list scheduler (schedules.list_schedule) with every device
+    issuing its row in order."""
     if check:
         validate(schedule)
-    p = schedule.num_stages
-    if costs.num_stages != p:
-        raise ScheduleError(f"costs describe {costs.num_stages} stages, schedule {schedule.name!r} has {p}")
-    rows = schedule.rows
-    where = schedule.stage_to_device
-    # hashable keys (stage, kind value, micro-batch) and, per action, what it waits on
-    # with the transfer time from each (the one rule, schedules.deps)
-    keys = [[(a.stage, _KIND_VALUE[a.kind], a.microbatch) for a in row] for row in rows]
-    present = {k for row in keys for k in row}
-    swaps = [spec.swap_fraction > 0 and any(a.kind is Kind.SO for a in spec.actions) for spec in schedule.stages]
-    lags = [costs.p2p_time(s, swaps[s] or (s + 1 < p and swaps[s + 1])) for s in range(p)]
-    waits = dependency_waits(present, p, where, lags)
-    split = {(s, x) for s, k, x in present if k == "W"}
-    # durations per stage, summed as (time + recompute) + overhead
-    stages, overhead = schedule.stages, costs.action_overhead
-    rec = [costs.recompute[s] if stages[s].adjusted else 0.0 for s in range(p)]
-    dur_f = [costs.fwd[s] + overhead for s in range(p)]
-    dur_w = [costs.weight_grad_time(s) + overhead for s in range(p)]
-    dur_half = [(costs.input_grad_time(s) + rec[s]) + overhead for s in range(p)]   # I, or a B that a W follows
-    dur_full = [(costs.bwd[s] + rec[s]) + overhead for s in range(p)]
-    dur_swap = [costs.swap_time(s, stages[s].swap_fraction, stages[s].adjusted) for s in range(p)]
-    end: dict[tuple, float] = {}
-    pair = {(a.stage, _KIND_VALUE[a.kind], a.microbatch): (b.stage, _KIND_VALUE[b.kind], b.microbatch)
-            for a, b in schedule.overlapped}
-    n = len(rows)
-    times: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
-    ptr = [0] * n
-    compute_end = [0.0] * n     # end of the last compute op issued on the device
-    out_free = [0.0] * n
-    in_free = [0.0] * n
-    last_so_end = [0.0] * n
-    remaining = sum(len(r) for r in rows)
-    while remaining:
-        progressed = False
-        for d, row in enumerate(rows):
-            krow, mine = keys[d], times[d]
-            i, size = ptr[d], len(row)
-            while i < size:
-                key = krow[i]
-                if key in pair:
-                    if not _run_pair(key, pair[key], waits, end, compute_end, d, mine,
-                                     _durations(pair[key], dur_f, dur_w, dur_half, dur_full, rec, split),
-                                     _durations(key, dur_f, dur_w, dur_half, dur_full, rec, split)):
-                        break
-                    i += 2
-                    continue
-                ready = 0.0
-                for dep, lag in waits[key]:
-                    e = end.get(dep)
-                    if e is None:
-                        ready = None
-                        break
-                    if e + lag > ready:
-                        ready = e + lag
-                if ready is None:
-                    break
-                s, k, x = key
-                r = 0.0
-                if k == "SO":
-                    dur = dur_swap[s]
-                    start = max(ready, out_free[d], compute_end[d])
-                    out_free[d] = last_so_end[d] = start + dur
-                elif k == "SI":
-                    dur = dur_swap[s]
-                    start = max(ready, in_free[d], compute_end[d], last_so_end[d])
-                    in_free[d] = start + dur
-                else:
-                    start = ready if ready > compute_end[d] else compute_end[d]
-                    if k == "F":
-                        dur = dur_f[s]
-                    elif k == "W":
-                        dur = dur_w[s]
-                    else:
-                        r = rec[s]
-                        dur = dur_half[s] if k == "I" or (s, x) in split else dur_full[s]
-                    compute_end[d] = start + dur
-                end[key] = start + dur
-                mine.append((start, start + dur, r))
-                i += 1
-            if i != ptr[d]:
-                remaining -= i - ptr[d]
-                ptr[d] = i
-                progressed = True
-        if not progressed:  # validate() rules this out; keep the loop honest anyway
-            raise ScheduleError(f"schedule {schedule.name!r} cannot make progress")
-    return keys, times
-
-
-def _durations(key, dur_f, dur_w, dur_half, dur_full, rec, split) -> tuple[float, float]:
-    """(duration, recompute part) of compute action `key`."""
-    s, k, x = key
-    if k == "F":
-        return dur_f[s], 0.0
-    if k == "W":
-        return dur_w[s], 0.0
-    return (dur_half[s] if k == "I" or (s, x) in split else dur_full[s]), rec[s]
-
-
-def _run_pair(first, second, waits, end, compute_end, d, mine, dur_second, dur_first) -> bool:
-    """Issue an overlapped pair as one unit (module docstring); False if an input is
-    still missing."""
-    ready = compute_end[d]
-    for dep, lag in waits[first] + waits[second]:
-        if dep in (first, second):
-            continue
-        e = end.get(dep)
-        if e is None:
-            return False
-        ready = max(ready, e + lag)
-    mid = ready + dur_first[0]
-    stop = mid + dur_second[0]
-    end[first] = end[second] = compute_end[d] = stop
-    mine.append((ready, mid, dur_first[1]))
-    mine.append((mid, stop, dur_second[1]))
-    return True
+    run = price_schedule(schedule, costs)
+    done = list_schedule(run)
+    if not done.complete:  # validate() rules this out; keep the loop honest anyway
+        raise ScheduleError(f"schedule {schedule.name!r} cannot make progress")
+    span, rec = done.span, run.rec
+    return schedule.rows, [[(*span(i), rec[i]) for i in ids] for ids in run.rows]
 
 
 def makespan(schedule: Schedule, costs: StageCosts, check: bool = True) -> float:
@@ -243,9 +129,9 @@ def simulate(schedule: Schedule, costs: StageCosts, check: bool = True) -> Timel
 def held_peaks(schedule: Schedule, costs: StageCosts, check: bool = True) -> tuple[float, tuple[float, ...]]:
     """(makespan, each device's peak_held_bytes) of simulate(schedule, costs),
     without its other statistics: what a search compares."""
-    keys, times = row_times(schedule, costs, check)
-    spans = [Span(t[0], t[1], s, f"{k}{x}", _KIND[k], x)
-             for krow, trow in zip(keys, times) for (s, k, x), t in zip(krow, trow)]
+    rows, times = row_times(schedule, costs, check)
+    spans = [Span(t[0], t[1], a.stage, str(a), a.kind, a.microbatch)
+             for row, trow in zip(rows, times) for a, t in zip(row, trow)]
     return held_bytes_peaks(schedule.num_stages, spans, stage_memory(schedule, costs), schedule.stage_to_device)
 
 

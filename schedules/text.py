@@ -39,17 +39,6 @@ def format_grid(rows: Sequence[Sequence[str]],
     return "\n".join(lines)
 
 
-def schedule_text(schedule) -> str:
-    """Header + grid: the golden-file form of a schedule."""
-    head = (f"# {schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches"
-            + ("" if schedule.one_stage_per_device else
-               f", {schedule.num_devices} devices, stage -> device {list(schedule.stage_to_device)}") + "\n"
-            + "".join(f"# stage {s}: recompute={list(spec.recompute)} swap_blocks={spec.swap_blocks} "
-                      f"swap_fraction={spec.swap_fraction:g}\n"
-                      for s, spec in enumerate(schedule.stages) if spec.recompute or spec.swap_blocks))
-    return head + format_grid(schedule.grid(), labels=schedule.row_labels()) + "\n"
-
-
 _FILL = {"F": "f", "B": "b", "I": "i", "W": "w"}
 
 

@@ -27,13 +27,12 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import NamedTuple
 
-from schedules.deps import dependency_keys
+from schedules.deps import dependencies
 from schedules.errors import ScheduleError
-from schedules.ir import BACKWARD_INPUT_KINDS, COMPUTE_KINDS, Action, Kind
+from schedules.ir import BACKWARD_INPUT_KINDS, COMPUTE_KINDS, Action, Kind, action
 from schedules.memory import StageMemory, device_memory
 
 COMPUTE = COMPUTE_KINDS
-_COMPUTE_VALUES = frozenset(k.value for k in COMPUTE_KINDS)
 STAT_FIELDS = ("compute", "recompute", "forward_bubble", "backward_bubble", "comm_wait", "swap",
                "peak_activation_bytes", "peak_inflight_microbatches")
 EXTRA_FIELDS = ("warmup_bubble", "idle_before", "idle_after", "peak_held_bytes")
@@ -71,10 +70,6 @@ class OpRecord:
     def long(self) -> str:
         """torch's `_Action` form, stage first: '2F3'."""
         return f"{self.stage}{self.action}"
-
-    @property
-    def as_action(self) -> Action:
-        return Action(self.stage, self.kind, self.microbatch)
 
 
 @dataclass(frozen=True)
@@ -196,7 +191,7 @@ class Timeline:
                    for o in ops]
         ops.sort(key=_record_order)
         makespan = max((o.end for o in ops), default=0.0)
-        index = {(o.stage, o.kind.value, o.microbatch): o for o in ops}
+        index = {(o.stage, o.kind, o.microbatch): o for o in ops}
         starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
         stats, steps = [], []
         for mine in _by_device(ops, where):
@@ -353,8 +348,8 @@ def _device_stats(ops, p, index, starts, makespan, memory) -> tuple[StageStats, 
         idle[label] += b - a
     comm_wait, prev_end = 0.0, 0.0
     for o in sorted(compute, key=lambda o: (o.start, o.end)):
-        deps = [index.get(d) for d in dependency_keys((o.stage, o.kind.value, o.microbatch), index, p)
-                if d[1] in _COMPUTE_VALUES]
+        deps = [index.get(d) for d in dependencies(action(o.stage, o.kind, o.microbatch), index, p)
+                if d.kind in COMPUTE]
         ready = max([prev_end] + [d.end for d in deps if d is not None])
         comm_wait += max(0.0, o.start - ready)
         prev_end = max(prev_end, o.end)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from schedules.deps import dependency_keys
+from schedules.deps import dependency_table
 from schedules.errors import ScheduleError
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
 from schedules.text import format_grid
@@ -142,14 +142,12 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
 
 def _deadlock(schedule: Schedule) -> list[Problem]:
     """Run every device's row as far as the dependencies (schedules.deps) allow."""
-    rows = [[(a.stage, a.kind.value, a.microbatch) for a in row] for row in schedule.rows]
-    present = {k for row in rows for k in row}
-    deps = {k: dependency_keys(k, present, schedule.num_stages) for k in present}
+    rows = schedule.rows
+    deps = dependency_table({a for row in rows for a in row}, schedule.num_stages)
     for a, b in schedule.overlapped:    # the unit waits for both; its halves do not wait on each other
-        ka, kb = (a.stage, a.kind.value, a.microbatch), (b.stage, b.kind.value, b.microbatch)
-        deps[ka] = tuple(x for x in deps[ka] + deps[kb] if x not in (ka, kb))
-    partner = {(a.stage, a.kind.value, a.microbatch): 1 for a, _ in schedule.overlapped}
-    done: set[tuple] = set()
+        deps[a] = tuple(x for x in deps[a] + deps[b] if x not in (a, b))
+    partner = {a: 1 for a, _ in schedule.overlapped}
+    done: set[Action] = set()
     ptr = [0] * len(rows)
     progress = True
     while progress:
@@ -166,9 +164,9 @@ def _deadlock(schedule: Schedule) -> list[Problem]:
     for d, row in enumerate(rows):
         if ptr[d] == len(row):
             continue
-        a = schedule.rows[d][ptr[d]]
-        s, k, x = next(x for x in deps[row[ptr[d]]] if x not in done)
-        dep = Action(s, Kind(k), x)
+        a = row[ptr[d]]
+        dep = next(x for x in deps[a] if x not in done)
+        s = dep.stage
         out.append(Problem(d, ptr[d], f"deadlock: {labels[d]} step {ptr[d]} waits at {name(a)} for {name(dep)} "
                                       f"on {labels[schedule.stage_to_device[s]]}, which never runs"))
     return out

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Pipeline engine benchmark; writes JSON results to --out (logic: obscura_jax.benchmark).
+"""Pipeline engine benchmark; writes JSON results to --out (logic: experiments.benchmark).
 
     python scripts/bench_engine.py --out results/engine_cpu           # CPU: 4 emulated devices
     python scripts/bench_engine.py --out results/engine_cpu --processes 4   # the same on 4 processes
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from obscura_jax import benchmark
+from experiments import benchmark
 from obscura_jax.cli import run_command
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Measured pipelines on N GPUs: plan here, run on the GPU machine, report (logic:
-obscura_jax/multi_gpu_bench.py, obscura_jax/multi_gpu_report.py; docs/multiprocess.md
+experiments/multi_gpu_bench.py, experiments/multi_gpu_report.py; docs/multiprocess.md
 "Multi-GPU session").
 
     python scripts/bench_multi_gpu.py plan --gpus 4 --out results/h200x4     # CPU, needs OR-Tools
@@ -22,10 +22,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from obscura_jax import multi_gpu_bench as mgb
+from experiments import multi_gpu_bench as mgb
 from obscura_jax.cli import run_command
 from obscura_jax.errors import UsageError
-from obscura_jax.multi_gpu_report import report
+from experiments.multi_gpu_report import report
 from schedules.jsonio import write_json_atomic
 
 

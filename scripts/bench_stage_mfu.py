@@ -6,7 +6,8 @@ run.
     python scripts/bench_stage_mfu.py --out results/h200            # GPU defaults
     python scripts/bench_stage_mfu.py --tiny --out /tmp/mfu          # CPU smoke run
 
-MFU convention (spec/layouts.md, and the yardstick shared/bench/plain_jax_stage.py):
+MFU convention (docs/layouts.md; the plain-JAX stage yardstick's, whose output is
+results/h200/yardstick_plain_jax_stage.txt):
 model FLOPs of the stage = layers * (2*T*(4*H^2 + 3*H*F) + 4*T^2*H) per forward,
 x3 for forward+backward; recompute is not counted. Timing: jit(grad) of
 sum(stage(x)) w.r.t. params and input, warm-up, then `--rounds` rounds of `--reps`

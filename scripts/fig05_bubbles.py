@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from figlib import FIGURES_OUT
 from obscura_jax.cli import run_command
-from planner.figures import fig05_rows
+from experiments.figures import fig05_rows
 from schedules.gantt import draw_gantts
 
 

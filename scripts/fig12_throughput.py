@@ -16,8 +16,8 @@ import sys
 
 import figlib as L
 from obscura_jax.cli import run_command
-from planner import figures as F
-from planner import paper as P
+from experiments import figures as F
+from experiments import paper as P
 from planner.identify import parse_memory_limit
 from schedules.sizes import GiB
 

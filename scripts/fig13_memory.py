@@ -14,8 +14,8 @@ import argparse
 import sys
 
 import figlib as L
-from planner import figures as F
-from planner import paper as P
+from experiments import figures as F
+from experiments import paper as P
 
 SHOWN = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman", "obscura")
 COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "dapple_plus_layer": "#2A3F66", "recomp": "#55A868",

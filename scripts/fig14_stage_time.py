@@ -16,8 +16,8 @@ import argparse
 import sys
 
 import figlib as L
-from planner import figures as F
-from planner import paper as P
+from experiments import figures as F
+from experiments import paper as P
 
 SHOWN = ("dapple_plus", "strawman", "obscura")
 COLORS = {"dapple_plus": "#4C72B0", "strawman": "#DD8452", "obscura": "#C44E52"}

@@ -18,8 +18,8 @@ import sys
 
 import figlib as L
 from obscura_jax.cli import run_command
-from planner import figures as F
-from planner import paper as P
+from experiments import figures as F
+from experiments import paper as P
 
 # colour, line style, marker, marker size (larger ones first so overlapping lines stay visible)
 STYLE = {"ceiling": ("#8C8C8C", ":", "s", 7), "strawman": ("#DD8452", "--", "v", 6),

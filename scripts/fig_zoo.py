@@ -18,8 +18,8 @@ import sys
 import figlib as L
 from obscura_jax.cli import run_command
 from obscura_jax.errors import UsageError
-from planner import figures as F
-from planner import paper as P
+from experiments import figures as F
+from experiments import paper as P
 from planner.identify import parse_memory_limit
 
 COLORS = {"dapple_plus": "#4C72B0", "interleaved_full": "#64B5CD", "zb_h1_full": "#8172B3",

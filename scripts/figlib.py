@@ -1,6 +1,6 @@
 """What the paper-figure scripts share: their flags, the profiles they plan on (with
-the warnings to print), CSV and PNG output. The numbers come from planner.figures
-and planner.paper; this module only parses, prints and draws.
+the warnings to print), CSV and PNG output. The numbers come from experiments.figures
+and experiments.paper; this module only parses, prints and draws.
 
 matplotlib is used through its object-oriented API only (no pyplot state).
 """
@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 
 from obscura_jax.cli import run_command
 from obscura_jax.errors import UsageError
-from planner.figures import Source, load_source, run_tasks, source_text
+from experiments.figures import Source, load_source, run_tasks, source_text
 from planner.identify import parse_memory_limit
-from planner.paper import FAMILIES, NUM_STAGES, PAPER_LIMIT, SIZES
+from experiments.paper import FAMILIES, NUM_STAGES, PAPER_LIMIT, SIZES
 from schedules.jsonio import replace_atomically
 
 # Figures go here unless --out says otherwise: never over the committed results/figures.
@@ -67,7 +67,7 @@ def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source]) 
 
 
 def load_sources(families: Sequence[str], profile_dir, analytic: str | None) -> list[Source]:
-    """planner.figures.load_source for each family, printing its warning on stderr."""
+    """experiments.figures.load_source for each family, printing its warning on stderr."""
     sources = [load_source(f, profile_dir, analytic) for f in families]
     for s in sources:
         if s.warning:

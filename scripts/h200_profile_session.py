@@ -1,6 +1,6 @@
 """One GPU session (issue 15): re-profile llama2-13b and gpt3-13b with the current
 profiler (steady-state timing, the layer-granular recompute priced) and, in the same
-run, the layer-recompute yardstick (obscura_jax.layer_yardstick: 5 Llama-2-13B
+run, the layer-recompute yardstick (experiments.layer_yardstick: 5 Llama-2-13B
 layers, forward and backward as separate programs, every named op saved vs one
 jax.checkpoint per layer), with nvidia-smi logging clocks and power beside it.
 
@@ -60,7 +60,7 @@ def run_session(out: Path, smoke: bool) -> dict:
     from obscura_jax.cli import main as obscura
     import jax
     import models
-    from obscura_jax.layer_yardstick import layer_yardstick
+    from experiments.layer_yardstick import layer_yardstick
     from obscura_jax.measure import CostTiming
     from planner.profile import load_profile
 

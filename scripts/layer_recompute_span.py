@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Per-layer recompute by span: the engine's program (`none`, `layer`, `full`) over 1, 2
-and 5 layers, beside the yardstick (obscura_jax.layer_yardstick) over 1 and 5 layers.
+and 5 layers, beside the yardstick (experiments.layer_yardstick) over 1 and 5 layers.
 Why it exists: it showed that the recompute per layer grows with the layers in one
 program, which is why the profiler times the layer recompute over a span
 (planner/profiler.py LAYER_SPAN). Output: results/h200/profile_v3/diag_layer.json.
@@ -41,7 +41,7 @@ def run(args, spans: list[int]) -> int:
     # lazy: argument errors answer without starting JAX
     import jax
     import models
-    from obscura_jax.layer_yardstick import layer_yardstick
+    from experiments.layer_yardstick import layer_yardstick
     from obscura_jax.measure import CostTiming, time_unit_program
     from planner.profiler import _inputs
     cfg = models.get_config(args.model)

@@ -18,7 +18,7 @@ import models
 from obscura_jax.cli import run_command
 from obscura_jax.commands.plan import render
 from planner.analytic import analytic_profile
-from planner.paper import PAPER_SPEEDUP
+from experiments.paper import PAPER_SPEEDUP
 from planner.plan import plan_search
 from planner.profile import derive_profile, load_profile
 

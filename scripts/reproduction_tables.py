@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from planner.paper import SYSTEMS
+from experiments.paper import SYSTEMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs/reproduction.md"

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("models", "schedules", "planner", "obscura_jax", "scripts")
+PACKAGES = ("models", "schedules", "planner", "obscura_jax", "experiments", "scripts")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

@@ -1,6 +1,7 @@
-"""The package layering (models <- schedules <- planner <- obscura_jax), checked on
-the source: every import, at the top of a module or inside a function, may only
-reach a package to its left. And `import schedules` starts no JAX."""
+"""The package layering (models <- schedules <- planner <- obscura_jax <- experiments),
+checked on the source: every import, at the top of a module or inside a function,
+may only reach a package to its left. No import circles. And `import schedules`
+starts no JAX."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("models", "schedules", "planner", "obscura_jax")
+ORDER = ("models", "schedules", "planner", "obscura_jax", "experiments")
 JAX_FREE = ("schedules",)      # may not import jax (or flax, optax) at all
 
 
@@ -70,3 +71,67 @@ def test_the_command_line_parser_starts_no_jax_matplotlib_or_ortools():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Library module -> the library modules it imports (at any depth; `from a import
+    b` names a.b when that is a module, else a)."""
+    mods = {}
+    for pkg in ORDER:
+        for path in (root / pkg).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in mods.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name in mods)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    if full in mods or node.module in mods:
+                        out.add(full if full in mods else node.module)
+        graph[name] = out - {name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    assert import_circles(module_graph()) == []
+
+
+def test_the_check_finds_a_circle():
+    graph = {"models.ops": {"models.registry"}, "models.registry": {"models.ops", "models.errors"},
+             "models.errors": set()}
+    assert import_circles(graph) == [["models.ops", "models.registry"]]

@@ -1,7 +1,7 @@
 """obscura compare: several schedules trained one after the other on the same devices,
 model and data (in one process, or in several with --processes N); one table,
-measured Gantt charts (PNG and SVG), a Perfetto trace and one JSON per schedule;
-every file written is listed.
+measured Gantt charts (PNG and SVG), a Perfetto trace and one JSON per schedule (and,
+with --json, the comparison's JSON at a path of its own); every file written is listed.
 
     obscura compare --schedules 1f1b,obscura:adjusted=1:swap_blocks=2:swap_fraction=0.5 --out cmp
     obscura compare --demo --out demo_out      (what `make demo` runs)
@@ -13,6 +13,7 @@ swap_fraction, adjusted_policy; list values joined with '+', e.g. adjusted=0+1).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -47,6 +48,8 @@ def add_parser(sub):
                         "1F1B vs Obscura (explicit flags still override)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs; one compare at a time (a lock "
                         "file .obscura.lock-DIR beside it)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the comparison (obscura-compare/1, DIR/compare.json) here (default: not written)")
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)
@@ -92,6 +95,7 @@ def run(args):
         cfg = item_config(args, name, kw)
         cfg.resolve(cfg.model_config())
     check_out(Path(args.out))
+    check_writable(args.json, "--json")
     return run_with_processes(args, args.stages or 4, lambda place, group: _compare(args, items, place, group))
 
 
@@ -150,6 +154,9 @@ def _compare(args, items, place, group) -> int:
             publish(out, final)
             for name in names:           # every file, as it now lies in --out
                 print(f"wrote {final / name}")
+            if args.json:
+                write_json_atomic(Path(args.json), json.loads((final / "compare.json").read_text()))
+                print(f"wrote {args.json}")
         return code
     finally:
         if out is not None and out.exists():

@@ -6,7 +6,7 @@ import models
 from schedules.calibration import load_calibration
 from schedules.simulator import iteration_time
 from obscura_jax.cli import add_model_module
-from planner.paper import SYSTEMS as _NAMES
+from planner.names import SYSTEMS as _NAMES
 from planner.profile import derive_profile, load_profile
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size

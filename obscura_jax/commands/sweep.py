@@ -1,4 +1,4 @@
-"""obscura sweep: the parallel-layout table (spec/layouts.md).
+"""obscura sweep: the parallel-layout table (docs/layouts.md).
 
 Enumerates micro-batch x PP x TP (x SP where TP > 1) x recompute policy x attention
 on --gpus GPUs at a fixed global batch, drops layouts that do not fit in memory,

@@ -1,4 +1,4 @@
-"""Parallel-layout sweep (spec/layouts.md): enumerate micro-batch x PP x TP (x SP) x
+"""Parallel-layout sweep (docs/layouts.md): enumerate micro-batch x PP x TP (x SP) x
 recompute policy x attention layouts on N GPUs at a fixed global batch, drop those
 that do not fit in memory, predict iteration time (measured or analytic per-layer
 costs in the planner's profile format, TP collectives, the planner's StageCosts and

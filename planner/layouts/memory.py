@@ -3,7 +3,8 @@
     weights      params + grads, sharded over TP (replicated norms and biases stay
                  whole) and PP (the stage's units); optimizer state sharded over TP,
                  PP and, with ZeRO-1, DP
-    activations  1F1B keeps min(PP - s, m) micro-batches in flight on stage s, each
+    activations  1F1B keeps min(PP - s, m) micro-batches in flight on stage s (the
+                 one memory fold over its order, schedules.memory), each
                  holding the kept bytes of the stage's units under the policy (TP
                  divides the parts it splits; SP divides the rest)
     transient    the largest working set of one unit's backward (activation grads,
@@ -14,6 +15,7 @@ A layout fits when the worst stage's sum is within the GPU memory minus the rese
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from models.config import ModelConfig
 from models.units import even_partition, unit_param_count
@@ -21,6 +23,8 @@ from planner.errors import PlanError
 from planner.layouts.mesh_costs import replicated_unit_params
 from planner.profile import unit_kinds
 from schedules.costs import StageCosts
+from schedules.generators import generate
+from schedules.memory import BLOCKS, order_memory
 
 # Bytes per parameter: (params, grads, optimizer state).
 STATE_PRESETS = {
@@ -108,12 +112,20 @@ def sharded_weight_bytes(kinds: list[str], cfg: ModelConfig, tp: int, dp: int,
     return n * (state.param_bytes + state.grad_bytes) + n * state.optimizer_bytes / opt_shards
 
 
+@lru_cache(maxsize=256)
+def inflight_1f1b(num_stages: int, num_microbatches: int) -> tuple[int, ...]:
+    """Blocks each stage of a 1F1B pipeline holds at most: the one memory fold
+    counted over the 1F1B order (schedules.memory.order_memory), min(p - s, m)."""
+    rows = generate("1f1b", num_stages, num_microbatches).rows
+    return tuple(order_memory(row, BLOCKS).peak_inflight_microbatches for row in rows)
+
+
 def stage_memory(costs: StageCosts, stages: list[list[str]], transient: dict[str, float],
                  num_microbatches: int) -> list[StageMemory]:
     """Per stage of a 1F1B pipeline: weights and kept bytes from its StageCosts (the
-    policy's recompute set on every stage), the largest unit backward's transient."""
-    p = len(stages)
+    policy's recompute set on every stage), the blocks in flight, the largest unit
+    backward's transient."""
+    inflight = inflight_1f1b(len(stages), num_microbatches)
     return [StageMemory(weights=costs.weight_bytes[s], kept_per_microbatch=costs.act_bytes_recompute[s],
-                        inflight=min(p - s, num_microbatches),
-                        transient=max(transient[k] for k in kinds))
+                        inflight=inflight[s], transient=max(transient[k] for k in kinds))
             for s, kinds in enumerate(stages)]

@@ -52,14 +52,6 @@ class OpWork:
     recomputed_in_backward: bool = True
     kept_elems: float = 0.0            # output elements a backward needs (saved unless recomputed)
 
-    @property
-    def fwd_flops(self) -> float:
-        return sum(k.flops for k in self.fwd)
-
-    @property
-    def bwd_flops(self) -> float:
-        return sum(k.flops for k in self.bwd)
-
 
 def _gemm(m: float, k: float, n: float, c: int) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
     """[m,k] @ [k,n]: forward one GEMM; backward dX and dW (same FLOPs each)."""

@@ -18,7 +18,8 @@ simulated):
     part longer than that backward is exposed;
   - with ZeRO-1 the updated parameters are all-gathered, overlapped with the next
     iteration's first forward (--overlap-param-gather): again only the excess counts;
-  - the Adam step streams ~28 bytes per locally updated parameter through HBM.
+  - the Adam step streams ~28 bytes per locally updated parameter through HBM
+    (StageCosts.optimizer, the simulator's own optimizer term).
 The iteration ends when the slowest stage has finished all of that
 (planner.layouts.mesh_costs.gradient_sync_end: the closed form the planner shares,
 there without the overlap, as the runtime syncs after the last backward). Against a
@@ -94,20 +95,30 @@ def simulate_pipeline(layout: Layout, costs: StageCosts) -> Timeline:
 
 
 def dp_times(kinds: list[str], cfg: ModelConfig, layout: Layout, state: TrainingState,
-             hw: Hardware) -> tuple[float, float, float]:
-    """(gradient collective, parameter all-gather, optimizer step) seconds of one stage."""
+             hw: Hardware) -> tuple[float, float]:
+    """(gradient collective, parameter all-gather) seconds of one stage."""
     n = params_per_gpu(kinds, cfg, layout.tp)
-    grads, gather = data_parallel_seconds(n, state.grad_bytes, state.param_bytes, MeshLayout(layout.dp, layout.tp),
-                                          hw, state.zero1)
+    return data_parallel_seconds(n, state.grad_bytes, state.param_bytes, MeshLayout(layout.dp, layout.tp),
+                                 hw, state.zero1)
+
+
+def adam_seconds(kinds: list[str], cfg: ModelConfig, layout: Layout, state: TrainingState, hw: Hardware) -> float:
+    """One stage's Adam step: the parameters it updates (a DP shard of them with
+    ZeRO-1) streamed through HBM, ADAM_BYTES_PER_PARAM each: its StageCosts.optimizer."""
+    n = params_per_gpu(kinds, cfg, layout.tp)
     updated = n / layout.dp if state.zero1 else n
-    return grads, gather, updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
+    return updated * ADAM_BYTES_PER_PARAM / hw.device.hbm_bandwidth
 
 
 def iteration_time(costs: StageCosts, stages: list[list[str]], layout: Layout, cfg: ModelConfig,
                    state: TrainingState, hw: Hardware) -> tuple[IterationTime, Timeline]:
-    """(IterationTime, the simulated Timeline) of the pipeline `costs` describes."""
+    """(IterationTime, the simulated Timeline) of the pipeline `costs` describes; the
+    Adam step is StageCosts.optimizer (set here from adam_seconds), after each
+    stage's last backward and its exposed gradient traffic."""
+    costs = costs.with_(optimizer=tuple(adam_seconds(kinds, cfg, layout, state, hw) for kinds in stages))
     timeline = simulate_pipeline(layout, costs)
-    syncs = [StageSync(*dp_times(kinds, cfg, layout, state, hw)) for kinds in stages]
+    syncs = [StageSync(*dp_times(kinds, cfg, layout, state, hw), after=costs.optimizer_time(s))
+             for s, kinds in enumerate(stages)]
     end, worst_exposed = gradient_sync_end(timeline, syncs, overlap_backward=True)
     st0 = timeline.stages[0]
     bubble = 1.0 - st0.compute / timeline.makespan if timeline.makespan > 0 else 0.0

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from schedules.ir import Action, Kind
+from schedules.ir import Action
+from schedules.memory import BLOCKS, order_memory
 
 # relax(caps, limit) -> (rows, makespan), or None on deadlock or once the makespan is
 # sure to exceed limit (a trial that cannot meet the target may stop early)
@@ -24,20 +25,10 @@ Relaxation = Callable[[dict[int, int], float], "tuple[list[list[Action]], float]
 
 
 def held_peaks(rows: Sequence[Sequence[Action]]) -> tuple[int, ...]:
-    """Blocks each row holds at most, counted along it (F adds one; W, or B when the
-    block has no W, frees it): what the simulator's in-flight peak is."""
-    split = {(a.stage, a.microbatch) for row in rows for a in row if a.kind == Kind.W}
-    out = []
-    for row in rows:
-        n = peak = 0
-        for a in row:
-            if a.kind is Kind.F:
-                n += 1
-                peak = max(peak, n)
-            elif a.kind is Kind.W or (a.kind is Kind.B and (a.stage, a.microbatch) not in split):
-                n -= 1
-        out.append(peak)
-    return tuple(out)
+    """Blocks each row holds at most, counted along it by the one memory fold
+    (schedules.memory.order_memory: F adds one; W, or B when the block has no W,
+    frees it): what the simulator's in-flight peak is."""
+    return tuple(order_memory(row, BLOCKS).peak_inflight_microbatches for row in rows)
 
 
 def bisect_caps(relax: Relaxation, caps: dict[int, int], low: dict[int, int],

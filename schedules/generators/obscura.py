@@ -24,6 +24,9 @@ Without `costs` the model is uniform f=1, b=2, r=1. `warmup` (per-stage tuple)
 fixes the caps instead (the planner's choice of mu_s). Swapping (lambda_s blocks,
 fraction beta) is the pass of `swap.py`: eviction in warm-up, eviction-loading in
 the steady phase, loading in cool-down; lambda_{s-1} = lambda_s + 1 by default.
+The relaxation prices actions by the per-kind table (schedules/actions.py:
+action_overhead included), and the links of the stages that will swap as shared
+(link_sharing), so its makespan is the simulator's on its rows.
 
 p=4, m=8, adjusted=1, f=1, b=2, r=1 (R = recompute part of B). Makespan 36, as
 the strawman's, with at most 7 micro-batches in flight on stage 0 instead of 8;
@@ -50,7 +53,7 @@ from schedules.generators.common import (assemble, check_recompute, check_sizes,
 from schedules.generators.caps import bisect_caps
 from schedules.generators.relax import relaxed_rows
 from schedules.generators.strawman import strawman_warmup
-from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.generators.swap import add_swaps, resolve_swap_blocks, swap_intent
 from schedules.ir import Schedule
 
 _TOL = 1e-9
@@ -66,21 +69,23 @@ def min_caps(num_stages: int, num_microbatches: int, adjusted, fixed_warmup) -> 
     return {s: min(m, need[s + 1]) if s < p - 1 else 1 for s in adjusted}
 
 
-def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: StageCosts
+def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: StageCosts, swapping=()
                    ) -> tuple[dict[int, int] | None, float, list | None]:
     """Caps per adjusted stage, their makespan and rows; (None, strawman's makespan,
-    None) if the strawman's order wins."""
+    None) if the strawman's order wins. `swapping`: stages whose copies will share
+    their links (generators/swap.py: swap_intent)."""
     p, m = num_stages, num_microbatches
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adjusted}
     straw = strawman_warmup(p, m, adjusted)
-    _, t_straw = relaxed_rows(p, m, {s: one_f_one_b_row(s, m, straw[s]) for s in range(p)}, {}, costs, adjusted)
+    _, t_straw = relaxed_rows(p, m, {s: one_f_one_b_row(s, m, straw[s]) for s in range(p)}, {}, costs, adjusted,
+                              swapping=swapping)
     caps = {s: straw[s] for s in adjusted}
-    found = relaxed_rows(p, m, fixed, caps, costs, adjusted)
+    found = relaxed_rows(p, m, fixed, caps, costs, adjusted, swapping=swapping)
     if found[1] > t_straw * (1 + _TOL):
         return None, t_straw, None
     low = min_caps(p, m, adjusted, [min(p - s, m) for s in range(p)])
-    caps, (rows, t) = bisect_caps(lambda c, limit: relaxed_rows(p, m, fixed, c, costs, adjusted, limit), caps, low, found,
-                                  found[1] * (1 + _TOL))
+    caps, (rows, t) = bisect_caps(lambda c, limit: relaxed_rows(p, m, fixed, c, costs, adjusted, limit, swapping),
+                                  caps, low, found, found[1] * (1 + _TOL))
     return caps, t, rows
 
 
@@ -94,6 +99,7 @@ def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute
     if costs.num_stages != p:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, the schedule has {p}")
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adj}
+    swapping = swap_intent(swap_blocks, swap_fraction, adj)
     if warmup is not None:
         warmup = tuple(warmup)
         if len(warmup) != p or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warmup):
@@ -106,11 +112,11 @@ def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute
                                     f"forwards, which stage {s + 1} needs before its first backward")
         rows = None
     else:
-        caps, _, rows = migration_caps(p, m, adj, costs)
+        caps, _, rows = migration_caps(p, m, adj, costs, swapping)
     if caps is None:
         straw = strawman_warmup(p, m, adj)
         rows = [one_f_one_b_row(s, m, straw[s]) for s in range(p)]
     elif rows is None:
-        rows, _ = relaxed_rows(p, m, fixed, caps, costs, adj)
+        rows, _ = relaxed_rows(p, m, fixed, caps, costs, adj, swapping=swapping)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("obscura", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)

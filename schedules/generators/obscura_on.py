@@ -49,6 +49,8 @@ cap can only wait); with migrate=True stages 0 and 1 hold 5 and the makespan is 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.generators.caps import bisect_caps, held_peaks as held_rows_peaks
@@ -56,7 +58,7 @@ from schedules.generators.common import assemble, assemble_devices, check_sizes,
 from schedules.generators.interleaved import interleaved
 from schedules.generators.interleaved_zb import interleaved_zb
 from schedules.generators.device_relax import DeviceRelaxation
-from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.generators.swap import add_swaps, resolve_swap_blocks, swap_intent
 from schedules.generators.zero_bubble import zb_h1_capped
 from schedules.ir import Schedule
 from schedules.simulator import makespan
@@ -81,12 +83,18 @@ def migration_bounds(base: Schedule, migrate: bool) -> tuple[int, ...]:
     return tuple(min(h + 2 * (n - 1 - d), m * len(base.stages_on(d))) for d, h in enumerate(held))
 
 
-def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, migrate: bool = False
-                      ) -> tuple[list[list], float]:
+def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, migrate: bool = False,
+                      swapping: tuple[int, ...] = (), swap_fraction: float = 0.0) -> tuple[list[list], float]:
     """Rows of the transformed order and their makespan under `costs` (see the
-    module docstring); `base` holds compute actions only."""
+    module docstring); `base` holds compute actions only. `swapping`: the devices
+    that will swap (at `swap_fraction`), whose stages' links the relaxation prices
+    as shared."""
     if costs.num_stages != base.num_stages:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, the schedule has {base.num_stages}")
+    if swapping:
+        base = replace(base, stages=tuple(
+            replace(spec, swap_fraction=swap_fraction, swap_blocks=1) if base.stage_to_device[s] in swapping else spec
+            for s, spec in enumerate(base.stages)))
     base_rows = [list(r) for r in base.rows]
     t_base = makespan(base, costs)
     relaxed = sorted({base.stage_to_device[s] for s in base.adjusted_stages})
@@ -136,9 +144,9 @@ def obscura_zb_h1(num_stages: int, num_microbatches: int, *, adjusted="all", rec
                   costs: StageCosts | None = None) -> Schedule:
     p, m = check_sizes(num_stages, num_microbatches)
     base = zb_h1_capped(p, m, adjusted="all" if adjusted is None else adjusted, recompute=recompute)
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", warmup,
-                                migrate)
     adj = base.adjusted_stages
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", warmup,
+                                migrate, swap_intent(swap_blocks, swap_fraction, adj), swap_fraction)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("obscura-zb-h1", m, add_swaps(rows, lam), adj, base.stages[adj[0]].recompute if adj else (),
                     lam, swap_fraction)
@@ -166,9 +174,11 @@ def _on_chunked(name: str, generator, num_stages: int, num_microbatches: int, vi
     v = check_virtual_stages(virtual_stages)
     base = generator(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
                      recompute=recompute)
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v), name, warmup, migrate)
     adj = base.adjusted_stages
     where = base.stage_to_device
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v), name, warmup, migrate,
+                                swap_intent(swap_blocks, swap_fraction, sorted({where[s] for s in adj})),
+                                swap_fraction)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     rec = base.stages[adj[0]].recompute if adj else ()
     return assemble_devices(name, m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

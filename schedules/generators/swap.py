@@ -35,13 +35,42 @@ from typing import Sequence
 from schedules.errors import ScheduleError
 from schedules.generators.common import warmup_count
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind
+from schedules.memory import Levels, OrderOp, StageMemory, Uniform
+
+WHOLE_BLOCKS = Uniform(StageMemory(kept=1.0, swap_fraction=1.0))   # a block is resident or not
+
+
+def chain_swap_blocks(k: int, lam_k: int | None, warm: Sequence[int], stages=None) -> tuple[int, ...]:
+    """Eq. 4's chain: lambda_k blocks at the last adjusted row k, lambda_{s-1} =
+    lambda_s + 1 on earlier rows in `stages` (default 0..k), each capped at its
+    warm-up forwards minus one so it keeps one block resident; none elsewhere (and
+    none at all for lam_k None)."""
+    chained = range(k + 1) if stages is None else set(stages)
+    if lam_k is None:
+        return (0,) * len(warm)
+    return tuple(max(0, min(lam_k + (k - s), warm[s] - 1)) if s in chained else 0 for s in range(len(warm)))
+
+
+def swap_intent(swap_blocks, swap_fraction, adjusted) -> tuple[int, ...]:
+    """The rows the swap pass will give blocks (every adjusted row for an integer > 0,
+    the positive entries of a tuple), when beta > 0: a relaxation prices their links
+    as shared before the rows exist. Malformed values give none here
+    (resolve_swap_blocks says what is wrong)."""
+    if isinstance(swap_fraction, bool) or not isinstance(swap_fraction, (int, float)) or swap_fraction <= 0:
+        return ()
+    if isinstance(swap_blocks, bool):
+        return ()
+    if isinstance(swap_blocks, int):
+        return tuple(adjusted) if swap_blocks > 0 else ()
+    if isinstance(swap_blocks, (tuple, list)):
+        return tuple(r for r, v in enumerate(swap_blocks) if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    return ()
 
 
 def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int, ...]:
     """Per-row lambda (`adjusted`: the rows, i.e. devices, that recompute). An int is
-    lambda_K at the last adjusted row K, with lambda_{s-1} = lambda_s + 1 on earlier
-    adjusted rows (capped at w_s - 1, so each row keeps one block resident); a tuple
-    gives every row's lambda explicitly."""
+    lambda_K at the last adjusted row K, chained to the earlier adjusted rows by
+    `chain_swap_blocks`; a tuple gives every row's lambda explicitly."""
     p = len(rows)
     if isinstance(swap_fraction, bool) or not isinstance(swap_fraction, (int, float)) \
             or not 0.0 <= swap_fraction <= 1.0:
@@ -65,9 +94,7 @@ def resolve_swap_blocks(swap_blocks, swap_fraction, rows, adjusted) -> tuple[int
         if swap_blocks > warm[k] - 1:
             raise ScheduleError(f"swap_blocks={swap_blocks} at stage {k} must be <= {warm[k] - 1} "
                                 f"(its warm-up forwards minus one resident block)")
-        lam = [0] * p
-        for s in adjusted:
-            lam[s] = min(swap_blocks + (k - s), warm[s] - 1)
+        lam = list(chain_swap_blocks(k, swap_blocks, warm, adjusted))
     else:
         lam = list(swap_blocks)
         if len(lam) != p or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in lam):
@@ -84,19 +111,22 @@ def add_swaps(rows: Sequence[Sequence[Action]], swap_blocks: Sequence[int]) -> l
 
 
 def _swap_row(row: list[Action], lam: int) -> list[Action]:
+    """The row with its swaps: what stays resident is counted by the one memory
+    fold (schedules.memory.Levels, one byte per block, all of it swapped)."""
     compute = [a for a in row if a.is_compute]
     split = {(a.stage, a.microbatch) for a in compute if a.kind == Kind.W}
     w = warmup_count(compute)
     target = w - lam                     # resident blocks kept once warm-up is over
     first = max(0, w - lam - 2)          # first block evicted in warm-up (by forward order)
-    inflight: list[tuple[int, int]] = []  # forwarded, not yet freed (oldest first)
     evicted: deque[tuple[int, int]] = deque()   # oldest evicted first
     out: list[Action] = []
+    resident = Levels(WHOLE_BLOCKS)
     in_warmup = True
     forwards = 0
 
-    def resident() -> int:
-        return len(inflight) - len(evicted)
+    def emit(a: Action) -> None:
+        out.append(a)
+        resident.apply_all(OrderOp(0.0, 0.0, a.stage, a.kind, a.microbatch), (a.stage, a.microbatch) in split)
 
     for i, a in enumerate(compute):
         blk = (a.stage, a.microbatch)
@@ -104,22 +134,19 @@ def _swap_row(row: list[Action], lam: int) -> list[Action]:
             in_warmup = False
             if blk in evicted:            # never happens with the rules above; keeps B safe anyway
                 evicted.remove(blk)
-                out.append(Action(a.stage, Kind.SI, a.microbatch))
-        out.append(a)
+                emit(Action(a.stage, Kind.SI, a.microbatch))
+        emit(a)
         if a.kind == Kind.F:
-            inflight.append(blk)
             if (in_warmup and first <= forwards < first + lam) or not in_warmup:
-                out.append(Action(a.stage, Kind.SO, a.microbatch))
+                emit(Action(a.stage, Kind.SO, a.microbatch))
                 evicted.append(blk)
             forwards += 1
-        elif a.kind == Kind.W or (a.kind == Kind.B and blk not in split):
-            inflight.remove(blk)
         if in_warmup:
             continue
         nxt = next((c for c in compute[i + 1:] if c.kind == Kind.F or c.kind in BACKWARD_INPUT_KINDS), None)
         if a.kind in BACKWARD_INPUT_KINDS and nxt is not None and nxt.kind == Kind.F:
             continue                    # the coming F + SO frees room first: load after it
-        while evicted and resident() < target:
+        while evicted and resident.total < target:
             blk = evicted.popleft()
-            out.append(Action(blk[0], Kind.SI, blk[1]))
+            emit(Action(blk[0], Kind.SI, blk[1]))
     return out

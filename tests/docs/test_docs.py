@@ -101,3 +101,29 @@ def test_the_cli_page_names_every_option_of_every_command():
         missing = [o for a in command._actions for o in a.option_strings
                    if o.startswith("--") and a.dest != "help" and f"`{o}" not in sections[name]]
         assert missing == [], (name, missing)
+
+
+OUTSIDE = ("../shared", "spec section", "spec/obscura.md", "spec/layouts.md", "device-notes")
+
+
+def pointers_outside(root: Path = ROOT) -> list[str]:
+    """Lines of the library, scripts, examples and docs that send a reader outside the
+    repository (the sibling shared/ folder, its spec's sections, its device notes)."""
+    found = []
+    for path in sorted([*root.glob("*.md"), *root.glob("docs/*.md"), *root.glob("results/**/*.md"),
+                        *(p for pkg in ("models", "schedules", "planner", "obscura_jax", "scripts", "examples")
+                          for p in (root / pkg).rglob("*.py"))]):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if any(word in line for word in OUTSIDE):
+                found.append(f"{path.relative_to(root)}:{i}")
+    return found
+
+
+def test_docstrings_and_docs_point_only_inside_the_repository():
+    assert pointers_outside() == []
+
+
+def test_the_check_finds_a_pointer_outside(tmp_path):
+    (tmp_path / "planner").mkdir()
+    (tmp_path / "planner" / "x.py").write_text('"""Partition adjustment (spec section 6)."""\n')
+    assert pointers_outside(tmp_path) == ["planner/x.py:1"]

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# load in every process of a run to inject the faults its environment names (faults.py)
+FAULTS = ["--model-module", str(Path(__file__).resolve().parent / "faults.py")]
 TINY = ["--model", "llama2-tiny", "--stages", "4", "--microbatches", "4", "--micro-batch-size", "2",
         "--seq-len", "16", "--devices", "cpu", "--no-progress", "--cost-reps", "1"]
 

@@ -8,6 +8,7 @@ import pytest
 import schedules
 from obscura_jax.executor import PipelineExecutor, make_optimizer
 from schedules.ir import Action, Kind, Schedule, StageSpec
+from tests.budget import examples
 from tests.obscura_jax import toy_stages as toy
 
 M = 4
@@ -138,3 +139,78 @@ def test_a_stage_that_fails_stops_the_step_with_its_error(progs):
     states[1] = None          # stage 1's worker fails at its first action; the others wait on it
     with pytest.raises(AttributeError):
         ex.run_actions(states, tok, tgt)
+
+
+def _engine_notes(sched, mem, order):
+    """What the workers and the transport note for each action, in issue order, with
+    integer sizes from `mem` (schedules.memory.StageMemory per stage): a receive
+    takes from the inbox, a send puts into the next one, F keeps its block, an I
+    keeps dy and turns the block into what W reads, W frees both, SO/SI move the
+    swapped share (obscura_jax.worker, obscura_jax.transport)."""
+    p = sched.num_stages
+    split = {(a.stage, a.microbatch) for a in order if a.kind is Kind.W}
+    resident, notes = {}, []
+    for a in order:
+        s, key, st = a.stage, (a.stage, a.microbatch), mem[a.stage]
+        takes = a.kind is Kind.F and s > 0 or a.kind in (Kind.B, Kind.I) and s < p - 1
+        if takes:
+            notes.append((a, s, -(st.inbox_input if a.kind is Kind.F else st.inbox_grad)))
+        if a.kind is Kind.F:
+            resident[key] = st.kept
+            notes.append((a, s, st.kept))
+            if s < p - 1:
+                notes.append((a, s + 1, mem[s + 1].inbox_input))
+        elif a.kind in (Kind.B, Kind.I):
+            if a.kind is Kind.I or key in split:
+                held = st.held_for_weight_grad
+                notes.append((a, s, (st.inbox_grad if s < p - 1 else 0) + held - resident[key]))
+                resident[key] = held
+            else:
+                notes.append((a, s, -resident.pop(key)))
+            if s > 0:
+                notes.append((a, s - 1, mem[s - 1].inbox_grad))
+        elif a.kind is Kind.W:
+            notes.append((a, s, -resident.pop(key) - (st.inbox_grad if s < p - 1 else 0)))
+        elif a.kind is Kind.SO:
+            moved = int(st.swap_fraction * st.kept)
+            resident[key] -= moved
+            notes.append((a, s, -moved))
+        else:
+            moved = st.kept - resident[key]
+            resident[key] += moved
+            notes.append((a, s, moved))
+    return notes
+
+
+@pytest.mark.parametrize("seed", range(examples(50)))
+def test_the_ledger_settles_to_the_one_folds_peaks(seed):
+    """The runtime's ledger, fed what the engine notes for a random schedule in its
+    issue order, settles to the peaks the one memory fold (schedules.memory) gives
+    the same order on the issue clock (action i runs from 2i to 2i + 1)."""
+    import random
+
+    from obscura_jax.executor import MemoryLedger
+    from schedules.memory import StageMemory
+    from schedules.timeline import OpRecord, Timeline
+
+    rng = random.Random(seed)
+    name = rng.choice(["gpipe", "1f1b", "recomp", "strawman", "obscura", "zb-h1", "zb-h1-capped", "obscura-zb-h1"])
+    p, m = rng.randint(2, 5), rng.randint(1, 9)
+    kw = {}
+    if name.startswith("obscura") and rng.random() < 0.6:
+        kw = dict(adjusted=0, swap_blocks=1, swap_fraction=0.5)
+    try:
+        sched = schedules.generate(name, p, m, **kw)
+    except schedules.ScheduleError:          # too few warm-up forwards to swap
+        sched = schedules.generate(name, p, m)
+    mem = [StageMemory(kept=rng.choice([8, 64, 1000]), swap_fraction=sched.stages[s].swap_fraction,
+                       held_for_weight_grad=rng.choice([4, 80, 1200]), inbox_input=rng.choice([0, 16, 3000]) * (s > 0),
+                       inbox_grad=rng.choice([0, 16, 3000]) * (s < p - 1)) for s in range(p)]
+    order = schedules.issue_order(sched)
+    ledger = MemoryLedger.zeros(p)
+    for note in _engine_notes(sched, mem, order):
+        ledger.add(*note)
+    ledger.settle({a: i for i, a in enumerate(order)})
+    clock = Timeline.from_ops(p, [OpRecord.of(a, 2 * i, 2 * i + 1) for i, a in enumerate(order)], memory=mem)
+    assert ledger.live == [0] * p
+    assert ledger.peak == [st.peak_held_bytes for st in clock.stages]

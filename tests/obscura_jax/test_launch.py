@@ -8,8 +8,8 @@ import pytest
 
 from obscura_jax.cli import main
 from obscura_jax.errors import UsageError
-from obscura_jax.launch import ENV_SWAP_TEST, free_ports, process_spec, without_flag
-from tests.obscura_jax.mp_helpers import TINY, run
+from obscura_jax.launch import free_ports, process_spec, without_flag
+from tests.obscura_jax.mp_helpers import FAULTS, TINY, run
 
 ENV = {"OBSCURA_COORDINATOR": "10.0.0.1:1234", "OBSCURA_NUM_PROCESSES": "4", "OBSCURA_PROCESS_ID": "2",
        "OBSCURA_TRANSFER_ADDRESS": "10.0.0.3:5555"}
@@ -21,10 +21,9 @@ def test_environment_names_the_process_and_flags_win():
     assert spec.transfer_address == "10.0.0.3:5555" and spec.platform == "auto"
     spec = process_spec("h:9", "2", "1", devices="cpu", devices_per_process=2, environ=ENV)
     assert (spec.coordinator, spec.num_processes, spec.process_id, spec.platform) == ("h:9", 2, 1, "cpu")
-    assert spec.devices_per_process == 2 and not spec.swap_transfers_for_test
+    assert spec.devices_per_process == 2
     assert process_spec(None, None, None, devices=None, environ={}) is None
     assert process_spec("h:9", 1, 0, devices=None, environ={}) is None      # one process: no distributed run
-    assert process_spec(None, None, None, devices=None, environ={**ENV, ENV_SWAP_TEST: "2"}).swap_transfers_for_test
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -67,8 +66,8 @@ def test_bad_process_flags_are_refused_before_anything_starts(extra, message, ca
 @pytest.mark.slow
 def test_a_different_transfer_order_on_one_process_stops_all_at_start_up(tmp_path):
     out = tmp_path / "run.json"
-    rc, text = run(["train", *TINY, "--processes", "4", "--steps", "2", "--json", str(out)], timeout=180,
-                   env={ENV_SWAP_TEST: "2"})
+    rc, text = run(["train", *TINY, "--processes", "4", "--steps", "2", "--json", str(out), *FAULTS], timeout=180,
+                   env={"OBSCURA_TEST_SWAP_TRANSFERS": "2"})
     errors = [line for line in text.splitlines() if "obscura: error:" in line]
     assert rc == 2, text[-3000:]
     assert len(errors) == 1, text

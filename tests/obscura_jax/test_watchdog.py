@@ -15,7 +15,7 @@ import pytest
 from obscura_jax.placement import place_stages
 from obscura_jax.run_config import RunConfig
 from obscura_jax.trainer import train
-from tests.obscura_jax.mp_helpers import TINY, crash_report, launch, run
+from tests.obscura_jax.mp_helpers import FAULTS, TINY, crash_report, launch, run
 
 pytestmark = pytest.mark.slow
 
@@ -98,12 +98,12 @@ def test_resuming_with_another_process_count_is_refused_in_one_line(killed):
 
 
 def test_a_hung_process_names_itself_and_stops_the_others_within_60_s(tmp_path):
-    """Process 2 stops making progress after step 2 (a test hook) while its watchdog
+    """Process 2 stops making progress after step 2 (tests/obscura_jax/faults.py) while its watchdog
     still beats: it names itself once its step allowance is over (5 s here, 30 s by
     default), and the others, waiting on it, stop with the same line."""
     ck = tmp_path / "ck"
     launched = launch(["train", *TINY, "--processes", "4", "--steps", "200", "--checkpoint-every", "1",
-                       "--checkpoint-dir", str(ck)],
+                       "--checkpoint-dir", str(ck), *FAULTS],
                       env={"OBSCURA_TEST_HANG": "2:2", "OBSCURA_STEP_STALL_SECONDS": "5"})
     deadline = time.monotonic() + 240
     while 2 not in committed_steps(ck):

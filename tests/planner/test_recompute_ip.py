@@ -5,7 +5,8 @@ import pytest
 
 from planner.costs import stage_views
 from planner.profile import FULL, OpProfile, Profile, UnitProfile
-from planner.recompute_ip import RecomputeProblem, StageProblem, brute_force, score_closed_form, solve
+from planner.recompute_ip import RecomputeProblem, StageProblem, score_closed_form, solve
+from tests.planner.recompute_oracle import brute_force
 from planner.search import Setting, stage_problem
 
 KB = 1024

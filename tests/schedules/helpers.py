@@ -8,6 +8,7 @@ import json
 import re
 
 from schedules.ir import Action, Kind, Schedule, StageSpec
+from schedules.text import format_grid
 
 _LONG = re.compile(r"^(\d+)(SO|SI|F|B|I|W)(\d+)$")
 _SHORT = re.compile(r"^(SO|SI|F|B|I|W)(\d+)$")
@@ -168,3 +169,14 @@ def corrupt(schedule: Schedule, how: str, stage: int, pick: int) -> Schedule:
     else:
         raise ValueError(how)
     return replace_row(schedule, device, row)
+
+
+def schedule_text(schedule) -> str:
+    """Header + grid: the golden-file form of a schedule."""
+    head = (f"# {schedule.name}: {schedule.num_stages} stages, {schedule.num_microbatches} micro-batches"
+            + ("" if schedule.one_stage_per_device else
+               f", {schedule.num_devices} devices, stage -> device {list(schedule.stage_to_device)}") + "\n"
+            + "".join(f"# stage {s}: recompute={list(spec.recompute)} swap_blocks={spec.swap_blocks} "
+                      f"swap_fraction={spec.swap_fraction:g}\n"
+                      for s, spec in enumerate(schedule.stages) if spec.recompute or spec.swap_blocks))
+    return head + format_grid(schedule.grid(), labels=schedule.row_labels()) + "\n"

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from schedules import StageCosts, generate, simulate
-from schedules.text import schedule_text, timeline_ascii
+from schedules.text import timeline_ascii
+from tests.schedules.helpers import schedule_text
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from schedules import Action, Kind, ScheduleError, StageCosts, generate, simulate
-from schedules.text import schedule_text, timeline_ascii
+from schedules.text import timeline_ascii
 from schedules.torch_csv import from_torch_csv, load_torch_csv, save_torch_csv, to_torch_csv
-from tests.schedules.helpers import longest_path_times
+from tests.schedules.helpers import longest_path_times, schedule_text
 
 DATA = Path(__file__).parent / "data" / "torch"
 

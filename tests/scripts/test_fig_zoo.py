@@ -3,7 +3,7 @@ GBS 8): a PNG and a CSV with every system, and the planner's pick is the fastest
 system that fits."""
 import pytest
 
-from planner.figures import ZOO_SYSTEMS
+from experiments.figures import ZOO_SYSTEMS
 from tests.scripts.test_paper_figures import _num, _run
 
 

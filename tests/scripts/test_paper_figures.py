@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import paper as P
+from experiments import paper as P
 
 ROOT = Path(__file__).resolve().parents[2]
 

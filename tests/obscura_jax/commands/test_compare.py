@@ -16,8 +16,10 @@ pytestmark = pytest.mark.slow
 def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["compare", "--demo", "--steps", "8", "--cost-reps", "1", "--no-progress",
-                 "--out", str(out)]) == 0
-    res = json.loads((out / "compare.json").read_text())["runs"]
+                 "--out", str(out), "--json", str(tmp_path / "cmp.json")]) == 0
+    whole = json.loads((out / "compare.json").read_text())
+    assert json.loads((tmp_path / "cmp.json").read_text()) == whole and whole["format"] == "obscura-compare/1"
+    res = whole["runs"]
     assert [r["schedule"] for r in res] == ["1f1b", "obscura"]
     for r in res:
         assert r["data"] == "stdlib" and r["model"] == "llama2-tiny" and len(set(r["devices"])) == 4
@@ -88,6 +90,8 @@ BAD = [
      "--virtual-stages 100000 on 2 stages"),
     (C + ["--schedules", "1f1b", "--out", "/dev/null"], "--out /dev/null: is a character device, not a directory"),
     (C + ["--schedules", "1f1b", "--data", "{tmp}/fifo", "--out", "{tmp}/o"], "is a FIFO, not a regular file"),
+    (C + ["--schedules", "1f1b", "--out", "{tmp}/o", "--json", "/proc/c.json"], "--json /proc/c.json: cannot write"),
+    (C + ["--schedules", "1f1b", "--out", "{tmp}/o", "--json", "/dev/null"], "--json /dev/null"),
 ]
 
 

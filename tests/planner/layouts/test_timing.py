@@ -5,7 +5,7 @@ import pytest
 
 from planner.layouts import Hardware, TrainingState
 from planner.layouts.memory import stage_kinds
-from planner.layouts.timing import dp_times, iteration_time
+from planner.layouts.timing import adam_seconds, dp_times, iteration_time
 from schedules import generate, simulate
 from tests.planner.layouts.helpers import HW, llama13, pipeline
 
@@ -27,7 +27,10 @@ def test_pipeline_time_is_the_simulated_makespan_and_dp_stays_in_bounds(cfg13, m
     schedule = generate("1f1b", pp, m, adjusted=None if policy == "none" else "all", recompute=(policy,))
     assert t.pipeline == simulate(schedule, costs).makespan == timeline.makespan
     # closed-form DP: at least the pipeline and the optimizer step, at most everything exposed
-    per_stage = [dp_times(kinds, cfg13, layout, TrainingState(), HW) for kinds in stages]
+    per_stage = [(*dp_times(kinds, cfg13, layout, TrainingState(), HW), adam_seconds(kinds, cfg13, layout,
+                                                                                   TrainingState(), HW))
+                 for kinds in stages]
+    assert t.optimizer == max(o for *_, o in per_stage)      # the Adam step, as StageCosts.optimizer
     assert t.total >= t.pipeline + min(o for _, _, o in per_stage) - 1e-12
     assert t.total <= t.pipeline + max(g + a + o for g, a, o in per_stage) + 1e-12
     if dp == 1:

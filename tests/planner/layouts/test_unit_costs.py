@@ -59,7 +59,7 @@ def test_policies_trade_memory_for_recompute(cfg13):
     # the forward and the plain backward do not depend on the policy
     assert len({(r[0], r[1]) for r in rows.values()}) == 1
     # cmb: ~40% less than 'none' for a few percent of time (paper section 8; the H200
-    # probe in device-notes measured 470 vs 780 MB and +1.3%)
+    # probe, kept outside this repository, measured 470 vs 780 MB and +1.3%)
     saving = 1 - rows["cmb"][3] / rows["none"][3]
     overhead = rows["cmb"][2] / (rows["none"][0] + rows["none"][1])
     assert 0.35 < saving < 0.45 and overhead < 0.03

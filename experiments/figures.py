@@ -1,7 +1,7 @@
 """The numbers behind the paper-figure scripts (scripts/fig05_*.py .. fig16_*.py):
 the profile a figure is simulated from, and the planning runs that become its rows.
 Drawing, CSV files and command-line flags are the scripts' (scripts/figlib.py); the
-paper's own numbers are planner.paper's.
+paper's own numbers are experiments.paper's.
 
 Every figure is SIMULATED: the planner (planner.plan.plan_search) judges each
 configuration with schedules.simulate on per-unit costs from a profile. The
@@ -23,7 +23,7 @@ from planner.analytic import analytic_profile
 from planner.errors import InfeasibleError, PlanError, ProfileError
 from planner.families import zoo_systems
 from planner.identify import parse_memory_limit
-from planner.paper import (ABLATION_RUNS, ABLATION_STEPS, FAMILIES, FIG5_CONFIGS, FIG5_PAPER,
+from experiments.paper import (ABLATION_RUNS, ABLATION_STEPS, FAMILIES, FIG5_CONFIGS, FIG5_PAPER,
                            MICRO_BATCH, NUM_STAGES, PAPER_LIMIT, PAPER_SPEEDUP, SEQ_LEN, SIZES, SYSTEMS)
 from planner.plan import plan_search
 from planner.profile import Profile, derive_profile, load_profile
@@ -328,7 +328,7 @@ class Fig5Row:
 
 def fig05_rows(p: int = 4, m: int = 8, fwd: float = 1.0, bwd: float = 2.0, recompute: float = 1.0):
     """Fig. 5: recompute overhead at stage 0 for the paper's configurations
-    (planner.paper.FIG5_CONFIGS), simulated under uniform costs f, b, r (full
+    (experiments.paper.FIG5_CONFIGS), simulated under uniform costs f, b, r (full
     recompute). Returns (rows, timelines by configuration)."""
     costs = StageCosts.uniform(p, fwd, bwd, recompute)
     timelines, rows = {}, []

@@ -1,4 +1,4 @@
-"""The multi-GPU report (obscura_jax.multi_gpu_report) on real H200 train JSONs
+"""The multi-GPU report (experiments.multi_gpu_report) on real H200 train JSONs
 (results/h200/engine_v2): the gap terms add up, the term off is the one that was made
 off, and the swap figures are bench_engine's."""
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from obscura_jax import multi_gpu_report as rep
+from experiments import multi_gpu_report as rep
 
 V2 = Path(__file__).resolve().parents[2] / "results/h200/engine_v2"
 

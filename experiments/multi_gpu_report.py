@@ -1,4 +1,4 @@
-"""What the multi-GPU bench's runs say together (obscura_jax/multi_gpu_bench.py runs them).
+"""What the multi-GPU bench's runs say together (experiments/multi_gpu_bench.py runs them).
 
 From runs/<label>.json (train JSON, label m<m>_<layout>_<run>) and plans/plans.json:
 
@@ -19,7 +19,7 @@ From runs/<label>.json (train JSON, label m<m>_<layout>_<run>) and plans/plans.j
   proportion to them (the shares add up exactly); beyond a 5% gap the term that moved
   the speedup most in the gap's direction is named;
 - swap under load (the swap pair, p-1 GPUs swapping at once): GB/s each way,
-  overlap, fraction hidden (obscura_jax.benchmark's formula), beside the one-GPU run.
+  overlap, fraction hidden (experiments.benchmark's formula), beside the one-GPU run.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import math
 import re
 from pathlib import Path
 
-from obscura_jax.benchmark import _hidden_fraction, pipeline_breakdown
+from experiments.benchmark import _hidden_fraction, pipeline_breakdown
 from schedules.sizes import format_bytes
 
 GAP = 0.05

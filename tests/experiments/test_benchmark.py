@@ -1,9 +1,9 @@
-"""The engine benchmark's reading of an nvidia-smi log (obscura_jax.benchmark): busy
+"""The engine benchmark's reading of an nvidia-smi log (experiments.benchmark): busy
 samples of a run's time window, medians and throttle reasons; and the lines it prints
 for a GPU run (measured / one-GPU serial simulation, dispatch per action, clocks)."""
 from datetime import datetime
 
-from obscura_jax.benchmark import _gpu_lines, busy_window
+from experiments.benchmark import _gpu_lines, busy_window
 
 HEADER = ("timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, "
           "utilization.gpu [%], clocks_event_reasons.active\n")
@@ -45,7 +45,7 @@ def test_breakdown_of_the_h200_power_cap_run():
     import json
     from pathlib import Path
 
-    from obscura_jax.benchmark import pipeline_breakdown
+    from experiments.benchmark import pipeline_breakdown
     res = json.loads((Path(__file__).resolve().parents[2] / "results/h200/power_cap/gpu_1f1b.json").read_text())
     b = pipeline_breakdown(res)
     assert abs(b["idle_seconds"]) < 1e-9 and b["compute_seconds"] == b["makespan"]
@@ -53,7 +53,7 @@ def test_breakdown_of_the_h200_power_cap_run():
 
 
 def test_gpu_mode_runs_zb_h1_beside_1f1b_and_breaks_down_its_split_backward():
-    from obscura_jax.benchmark import gpu_configs, pipeline_breakdown
+    from experiments.benchmark import gpu_configs, pipeline_breakdown
     runs = gpu_configs(16, 4096, 8, 6, ["device_put"])
     assert runs["zb_h1"][runs["zb_h1"].index("--schedule") + 1] == "zb-h1"
     assert runs["1f1b"][runs["1f1b"].index("--schedule") + 1] == "1f1b"

@@ -1,4 +1,4 @@
-"""planner.figures: the profile a figure is simulated from (measured, else a loud
+"""experiments.figures: the profile a figure is simulated from (measured, else a loud
 analytic stand-in), the per-case rows, and Fig. 5's rows. The scripts that draw
 them are tested in tests/scripts/test_paper_figures.py."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from planner import figures as F
+from experiments import figures as F
 from planner.profile import OpProfile, save_profile
 
 

@@ -1,19 +1,18 @@
-"""The Obscura paper's setting and numbers, in one place (../shared/spec/obscura.md):
+"""The Obscura paper's setting and numbers, in one place (docs/obscura.md):
 what the figure scripts reproduce and print beside our results. Data only."""
 from __future__ import annotations
+
+from planner.names import SYSTEMS  # noqa: F401  (the figures' labels)
 
 # Evaluation platform: 8x A100-80GB, one stage per GPU, seq 4096, micro-batch 1.
 NUM_STAGES = 8
 SEQ_LEN, MICRO_BATCH = 4096, 1
 PAPER_LIMIT = "80GiB"               # the A100-80GB the paper ran on
-H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (device-notes.md)
+H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (BENCHMARKS.md)
 SIZES = {"13b": 40, "18b": 56, "23b": 72, "28b": 88}   # layers (models/config.py)
 FAMILIES = {"llama2": "Llama-2", "gpt3": "GPT-3"}
-SYSTEMS = {"dapple": "DAPPLE", "dapple_plus": "DAPPLE+ (unit)", "dapple_plus_layer": "DAPPLE+ (layer)",
-           "recomp": "Recomp-N", "ohp_cmb": "OHP-CMB", "strawman": "Strawman", "obscura": "Obscura",
-           "interleaved_full": "Interleaved+full", "zb_h1_full": "ZB-H1+full"}
 
-# Fig. 12: speedup of Obscura over DAPPLE+ (spec section 9), over global batch 16/32/64.
+# Fig. 12: speedup of Obscura over DAPPLE+ (docs/obscura.md, section 9), over global batch 16/32/64.
 PAPER_SPEEDUP = {("llama2", "18b"): (1.29, 1.31), ("llama2", "23b"): (1.29, 1.31),
                  ("llama2", "28b"): (1.22, 1.27), ("gpt3", "18b"): (1.32, 1.33),
                  ("gpt3", "23b"): (1.32, 1.33), ("gpt3", "28b"): (1.30, 1.32)}

@@ -1,4 +1,4 @@
-"""The multi-GPU bench's plan step and run list (obscura_jax.multi_gpu_bench): plans
+"""The multi-GPU bench's plan step and run list (experiments.multi_gpu_bench): plans
 that adjust the early stages, a profile scaled to the one-GPU H200 run, and run
 argv that the real `obscura train` parser accepts."""
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from obscura_jax import multi_gpu_bench as mgb
+from experiments import multi_gpu_bench as mgb
 from obscura_jax.cli import build_parser
 from obscura_jax.errors import UsageError
 

@@ -1,5 +1,5 @@
 """Measured pipelines on N GPUs (scripts/bench_multi_gpu.py is the entry point; the
-analysis of the runs is obscura_jax/multi_gpu_report.py).
+analysis of the runs is experiments/multi_gpu_report.py).
 
 Bench shape: llama2-7b shapes, 4 layers per stage (~1B params a stage; p = N stages,
 one per GPU), seq 4096, micro-batch 1, m = 2p and 4p. Three steps:

@@ -1,0 +1,292 @@
+"""List scheduling: the one loop that gives actions their times, over the per-kind
+table priced for a run (schedules.actions.priced). Its users differ only in the
+chooser each device gets:
+
+    in order (the default)  the device issues its row as given: the simulator
+                            (schedules.simulator), the devices a relaxation keeps,
+                            the measured timeline (obscura_jax.events, with the
+                            dispatch and ready times the engine observed)
+    Relaxed                 whenever the device is free it starts the first of its
+                            queues' heads, in its preference order, whose inputs have
+                            arrived; a forward only while it holds fewer than `cap`
+                            blocks: the relaxations (generators/relax.py: the paper's
+                            alternation; generators/device_relax.py: row order), and
+                            so the cap bisection (generators/caps.py)
+
+An action starts at the latest of its inputs' ends (plus the transfer from another
+device) and of its lane's rule (schedules/actions.py): compute runs in the order
+placed, host links one copy at a time; with `row_rules` a swap also waits for the
+compute op placed before it (an SI for the SO placed before it too). It ends
+`dur` later, or, for a measured run, when the engine saw it ready.
+
+An in-order device's times are longest paths, whatever order the loop visits it in,
+so such devices place every action whose inputs are known at once. A relaxed
+device decides at a time: events (its own end, an input placed, the soonest time a
+waiting head is ready) come in time order, and the in-order devices are caught up
+before each, so every input that can be there by then is known. Events at one time
+commute while durations are positive; with zero-length actions ties go by event
+order.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from schedules.actions import COMPUTE, HOST_OUT, Priced
+from schedules.ir import Kind
+
+_F, _B, _W = Kind.F, Kind.B, Kind.W
+_SLACK = 1e-12   # relative: a bound computed by subtraction may sit an ulp above the true finish
+
+
+@dataclass(frozen=True)
+class Relaxed:
+    """A relaxed device's chooser. `queues`: action indices, each queue in the order
+    its actions must run (e.g. a stage's forwards by micro-batch); `cap`: blocks the
+    device may hold (a forward adds one; a W, or a B without one, frees it);
+    `alternate`: prefer the queue after the one it placed from last (a forward
+    after a backward and the other way round: the paper's 1:1 interleaving), else
+    prefer the head listed first in the row."""
+    queues: tuple[tuple[int, ...], ...]
+    cap: float = math.inf
+    alternate: bool = False
+
+
+@dataclass
+class Run:
+    start: list[float]
+    end: list[float]
+    order: list[list[int]]     # per device, its action indices in the order placed
+    complete: bool             # every action placed
+    past_limit: bool = False   # stopped early: sure to end past the limit
+    halves: dict[int, float] = field(default_factory=dict)   # an overlapped pair's first half: its own end
+
+    def span(self, i: int) -> tuple[float, float]:
+        """(start, end) of action i as it ran: an overlapped pair's first half ends
+        where the second starts, though its output leaves at the unit's end."""
+        return self.start[i], self.halves.get(i, self.end[i])
+
+    @property
+    def makespan(self) -> float:
+        return max((e for e in self.end if e is not None), default=0.0)
+
+
+def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit: float = math.inf,
+                  row_rules: bool = True, release: Sequence[float] | None = None,
+                  observed_end: Sequence[float] | None = None) -> Run:
+    """Times for every action of `run`. Devices in `relaxed` choose (Relaxed);
+    the others issue their rows in order. With a finite `limit` the run stops, not
+    complete, as soon as some device's remaining compute cannot end by it. `release`
+    (an action starts no earlier) and `observed_end` (it ends then, or at its start
+    if later) describe a measured run.
+    Long: one loop keeps the lanes' rules and both choosers side by side, inline
+    (the simulator and the cap search spend their time here)."""
+    relaxed = relaxed or {}
+    n, total = run.num_devices, len(run.actions)
+    dur, deps, lane, woken, pair, kind, lag = run.dur, run.deps, run.lane, run.woken, run.pair, run.kind, run.lag
+    start: list[float] = [0.0] * total
+    end: list[float | None] = [None] * total
+    order: list[list[int]] = [[] for _ in range(n)]
+    compute_end, out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
+    bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
+    timed = release is not None or observed_end is not None
+    ptr = [0] * n
+    halves: dict[int, float] = {}
+    state = [_ChooserState(relaxed[d]) if d in relaxed else None for d in range(n)]
+    events = [(0.0, d, d) for d in sorted(relaxed)]
+    seq = n
+    pending = [d for d in range(n) if d not in relaxed]
+    placed = 0
+    pop, push = heapq.heappop, heapq.heappush
+    while pending or events:
+        if pending:     # an in-order device: place every head whose inputs are known
+            d = pending.pop()
+            row = run.rows[d]
+            if compute_end[d] + left[d] > bound:
+                return Run(start, end, order, False, True, halves)
+            while ptr[d] < len(row):
+                i = row[ptr[d]]
+                if i in pair:
+                    stop = _place_pair(i, pair[i], d, run, end, start, compute_end, left, order)
+                    if stop is not None:
+                        halves[i] = start[pair[i]]
+                    if stop is None:
+                        break
+                    for other in woken[i] + woken[pair[i]]:
+                        if state[other] is not None:
+                            push(events, (stop if stop > compute_end[other] else compute_end[other], seq, other))
+                            seq += 1
+                        else:
+                            pending.append(other)
+                    placed += 2
+                    ptr[d] += 2
+                    continue
+                r = 0.0
+                for j, b in deps[i]:
+                    e = end[j]
+                    if e is None:
+                        r = None
+                        break
+                    e += lag[b]
+                    if e > r:
+                        r = e
+                if r is None:
+                    break
+                ln = lane[i]
+                if ln == COMPUTE and not timed:
+                    st = r if r > compute_end[d] else compute_end[d]
+                    e = compute_end[d] = end[i] = st + dur[i]
+                    left[d] -= dur[i]
+                else:
+                    st, e = _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left,
+                                         row_rules, release, observed_end)
+                    end[i] = e
+                start[i] = st
+                order[d].append(i)
+                placed += 1
+                ptr[d] += 1
+                for other in woken[i]:
+                    if state[other] is not None:
+                        push(events, (e if e > compute_end[other] else compute_end[other], seq, other))
+                        seq += 1
+                    else:
+                        pending.append(other)
+            continue
+        t, _, d = pop(events)     # a relaxed device at time t
+        free = compute_end[d]
+        if t < free:
+            continue
+        if t + left[d] > bound:
+            return Run(start, end, order, False, True, halves)
+        ch = state[d]
+        chosen = slot = None
+        soonest = math.inf
+        cap_full = ch.held >= ch.cap
+        k = -1
+        for i, _ in ch.candidates():
+            k += 1
+            if cap_full and kind[i] is _F:
+                continue
+            r = 0.0
+            for j, b in deps[i]:
+                e = end[j]
+                if e is None:
+                    r = None
+                    break
+                e += lag[b]
+                if e > r:
+                    r = e
+            if r is not None:
+                if r <= t:
+                    chosen, slot, ready = i, k, r
+                    break
+                if r < soonest:
+                    soonest = r
+        if chosen is None:
+            if soonest < math.inf:
+                push(events, (soonest, seq, d))
+                seq += 1
+            continue    # otherwise woken when something it waits on is placed
+        ch.take(slot, kind[chosen])
+        st = ready if ready > free else free
+        e = compute_end[d] = end[chosen] = st + dur[chosen]
+        start[chosen] = st
+        left[d] -= dur[chosen]
+        order[d].append(chosen)
+        placed += 1
+        push(events, (e, seq, d))
+        seq += 1
+        for other in woken[chosen]:
+            if state[other] is not None:
+                push(events, (e if e > compute_end[other] else compute_end[other], seq, other))
+                seq += 1
+            else:
+                pending.append(other)
+    return Run(start, end, order, placed == total, False, halves)
+
+
+def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
+                 observed_end) -> tuple[float, float]:
+    """(start, end) of an action on a host link, or of any action of a measured run,
+    and its lane's new state."""
+    if ln == COMPUTE:
+        s = r if r > compute_end[d] else compute_end[d]
+    elif ln == HOST_OUT:
+        s = max(r, out_free[d], compute_end[d]) if row_rules else max(r, out_free[d])
+    else:
+        s = max(r, in_free[d], compute_end[d], last_so_end[d]) if row_rules else max(r, in_free[d])
+    if release is not None and release[i] > s:
+        s = release[i]
+    e = s + dur[i] if observed_end is None else max(observed_end[i], s)
+    if ln == COMPUTE:
+        compute_end[d] = e
+        left[d] -= dur[i]
+    elif ln == HOST_OUT:
+        out_free[d] = last_so_end[d] = e
+    else:
+        in_free[d] = e
+    return s, e
+
+
+def _place_pair(first, second, d, run, end, start, compute_end, left, order) -> float | None:
+    """Place an overlapped pair as one unit on the compute lane: it starts when both
+    halves' inputs are there, runs a's time then b's, and both end together (the
+    unit's end, returned). None if an input is still missing."""
+    ready = compute_end[d]
+    for j, b in run.deps[first] + run.deps[second]:
+        if j in (first, second):
+            continue
+        e = end[j]
+        if e is None:
+            return None
+        ready = max(ready, e + run.lag[b])
+    mid = ready + run.dur[first]
+    stop = mid + run.dur[second]
+    start[first], start[second] = ready, mid
+    end[first] = end[second] = compute_end[d] = stop
+    left[d] -= run.dur[first] + run.dur[second]
+    order[d].extend((first, second))
+    return stop
+
+
+class _ChooserState:
+    """A relaxed device's queues as the loop walks them: the heads (row order: kept
+    sorted by row position), the blocks held, the queue placed from last."""
+
+    def __init__(self, chooser: Relaxed) -> None:
+        self.queues = [q for q in chooser.queues if q]
+        self.cap = chooser.cap
+        self.alternate = chooser.alternate
+        self.pos = [0] * len(self.queues)
+        self.heads = sorted((q[0], j) for j, q in enumerate(self.queues))
+        self.held = 0
+        self.last = 0            # alternate: the queue placed from last (the first, before any)
+        self._turn = self.heads
+
+    def candidates(self) -> list[tuple[int, int]]:
+        """(action index, queue) of every head, most preferred first."""
+        if not self.alternate:
+            return self.heads
+        k, q, pos = len(self.queues), self.queues, self.pos
+        turn = [(self.last + 1 + j) % k for j in range(k)]
+        self._turn = [(q[j][pos[j]], j) for j in turn if pos[j] < len(q[j])]
+        return self._turn
+
+    def take(self, slot: int, kind: Kind) -> None:
+        """Place the head at `slot` of the last candidates()."""
+        if self.alternate:
+            _, j = self._turn[slot]
+        else:
+            _, j = self.heads.pop(slot)
+        self.pos[j] += 1
+        if not self.alternate and self.pos[j] < len(self.queues[j]):
+            bisect.insort(self.heads, (self.queues[j][self.pos[j]], j))
+        self.last = j
+        if kind is _F:
+            self.held += 1
+        elif kind is _W or kind is _B:     # a B here is a full one (its block has no W)
+            self.held -= 1
