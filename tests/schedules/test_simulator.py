@@ -178,3 +178,28 @@ def test_held_peaks_are_the_timelines_makespan_and_held_peaks(name, kw):
     makespan, peaks = held_peaks(s, costs)
     assert makespan == tl.makespan
     assert peaks == tuple(st.peak_held_bytes for st in tl.stages)
+
+
+def test_on_one_device_is_a_valid_order_when_copies_start_late():
+    """The merged row is a topological order even where a stage's SO starts on its
+    copy lane after the stage's next forward (slow host links, launch overhead, link
+    sharing): merging by start time alone put 1F4 before 0F4 (the H200 GPU tier,
+    2026-12-02; 188 of 3,000 such random cases)."""
+    import random
+
+    from schedules.simulator import on_one_device
+    from schedules.validator import validate
+    for seed in range(60):
+        r = random.Random(seed)
+        p = 4
+        costs = StageCosts(fwd=tuple(r.uniform(0.01, 2) for _ in range(p)),
+                           bwd=tuple(r.uniform(0.02, 4) for _ in range(p)),
+                           recompute=tuple(r.uniform(0, 1) for _ in range(p)), act_bytes=(1e6,) * p,
+                           act_bytes_recompute=(5e5,) * p, weight_bytes=(1e6,) * p,
+                           boundary_bytes=(r.uniform(1e3, 1e7),) * p,
+                           p2p_bandwidth=r.choice([1e7, 1e9, 1e12, float("inf")]),
+                           host_bandwidth=r.choice([1e5, 1e6, 1e8, 1e9, 1e11]),
+                           action_overhead=r.choice([0, 0.01, 0.3]), link_sharing=r.choice([0.0, 0.5, 0.9]))
+        sched = generate("obscura", p, r.choice([4, 8, 12]), adjusted=r.choice([0, 1, 2]),
+                                   swap_blocks=r.choice([1, 2, 3]), swap_fraction=r.choice([0.3, 0.5, 1.0]))
+        validate(on_one_device(sched, costs))
