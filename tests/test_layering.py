@@ -135,3 +135,13 @@ def test_the_check_finds_a_circle():
     graph = {"models.ops": {"models.registry"}, "models.registry": {"models.ops", "models.errors"},
              "models.errors": set()}
     assert import_circles(graph) == [["models.ops", "models.registry"]]
+
+
+def test_the_runtime_does_not_import_the_command_line():
+    """The runtime (obscura_jax outside cli.py, commands/ and __main__) never reaches
+    the command line: its one-line errors come from obscura_jax.errors."""
+    graph = module_graph()
+    cli = {m for m in graph if m in ("obscura_jax.cli", "obscura_jax.__main__") or m.startswith("obscura_jax.commands")}
+    reach = {m: sorted(deps & cli) for m, deps in graph.items()
+             if m.startswith("obscura_jax") and m not in cli and deps & cli}
+    assert reach == {}
