@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -115,17 +116,40 @@ def _transfer_address(coordinator: str) -> str:
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free TCP ports (held open together, so they differ)."""
+    """n distinct free TCP ports (held open together, so they differ), drawn at
+    random below the kernel's ephemeral range: a port the kernel hands out to
+    bind(0) was often just released by another run on this host, whose surviving
+    peers may still send to it (JAX's CPU transfer server aborts on a foreign
+    packet), and outgoing connections take their source ports from that range."""
+    low = _ephemeral_low()
+    pick = random.SystemRandom()
     socks = []
     try:
-        for _ in range(n):
+        for attempt in range(50 * n):
+            if len(socks) == n:
+                break
             s = socket.socket()
-            s.bind((host, 0))
+            try:
+                s.bind((host, pick.randrange(10000, low) if attempt < 40 * n else 0))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        if len(socks) < n:
+            raise OSError(f"no {n} free TCP ports on {host}")
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of this host's ephemeral range (Linux's default when unknown)."""
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(low, 10001)
 
 
 def without_flag(argv: list[str], flag: str) -> list[str]:

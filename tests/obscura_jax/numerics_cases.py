@@ -105,13 +105,19 @@ def check_pipeline_equals_plain_model(reference, schedule, kw):
 
     assert_params_match(out.stage_params(), ref_params, ref_grads, run, cfg)
 
-    # Step-1 gradients from fresh state: Adam would hide a wrong gradient scale.
+    assert_step1_grads(pipe, data, ref_grads)
+
+
+def assert_step1_grads(pipe, data, ref_grads, stacked: bool = False) -> None:
+    """Step-1 gradients from fresh state equal the reference's (Adam would hide a wrong
+    gradient scale); `stacked`: a stage mesh's accumulator, one partial sum per data
+    shard on a leading axis, summed here."""
     states = pipe.init_state(0)
     tok, tgt = data.microbatches(0, pipe.shape)
     pipe.executor.run_actions(states, tok, tgt)
     for st in states:
         for name, tree in jax.device_get(st.grads).items():
             for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(ref_grads[name]), strict=True):
-                b = np.asarray(b)
-                np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6 * np.abs(b).max(),
-                                           err_msg=name)
+                a, b = np.asarray(a), np.asarray(b)
+                np.testing.assert_allclose(a.sum(0) if stacked else a, b, rtol=1e-5,
+                                           atol=1e-6 * np.abs(b).max(), err_msg=name)

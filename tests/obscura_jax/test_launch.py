@@ -47,6 +47,9 @@ def test_without_flag_and_free_ports():
         ["train", "--steps", "3"]
     ports = free_ports(5)
     assert len(set(ports)) == 5
+    # below the kernel's ephemeral range: not a port bind(0) just recycled from another run
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    assert all(10000 <= p < low for p in ports), ports
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -16,7 +16,7 @@ from obscura_jax.data import BatchShape
 from obscura_jax.placement import place_stages
 from obscura_jax.stage_mesh import StageMesh, device_bytes
 from obscura_jax.trainer import train
-from tests.obscura_jax.numerics_cases import assert_params_match, make_reference, run_config
+from tests.obscura_jax.numerics_cases import assert_params_match, assert_step1_grads, make_reference, run_config
 
 pytestmark = pytest.mark.slow
 
@@ -127,12 +127,4 @@ def test_layouts_train_like_the_plain_model(references, layout, model, schedule,
         assert out.swap_counters["bytes_out"] > 0
     np.testing.assert_allclose([s.loss for s in out.steps], ref_losses, rtol=1e-5)
     assert_params_match(out.stage_params(), ref_params, ref_grads, run, cfg)
-    states = pipe.init_state(0)
-    tok, tgt = data.microbatches(0, pipe.shape)
-    pipe.executor.run_actions(states, tok, tgt)
-    for st in states:
-        for name, tree in jax.device_get(st.grads).items():
-            for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(ref_grads[name]), strict=True):
-                b = np.asarray(b)
-                np.testing.assert_allclose(np.asarray(a).sum(0), b, rtol=1e-5, atol=1e-6 * np.abs(b).max(),
-                                           err_msg=name)
+    assert_step1_grads(pipe, data, ref_grads, stacked=True)

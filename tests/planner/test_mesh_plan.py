@@ -42,8 +42,10 @@ def test_the_profiles_model_and_device():
 
 
 def test_layouts_the_model_or_micro_batch_cannot_take(prof):
-    with pytest.raises(PlanError, match="KV heads"):          # llama2-tiny has 2 KV heads
-        plan_mesh(prof, MeshLayout(1, 4))
+    with pytest.raises(PlanError, match=r"attention heads \(4\) not divisible by tensor parallelism 8"):
+        plan_mesh(prof, MeshLayout(1, 8))
+    # 2 KV heads over 4 devices: each keeps the KV head its 1 query head reads (replicated in pairs)
+    assert plan_mesh(prof, MeshLayout(1, 4)).layout.tensor == 4
     with pytest.raises(PlanError, match="micro-batch 4 is not divisible by data parallelism 3"):
         plan_mesh(prof, MeshLayout(3, 1))
 

@@ -50,7 +50,7 @@ def train(*argv):
     ([ROW], "{p}:1", ["--model", "gpt3-tiny"], "--model gpt3-tiny disagrees"),
     ([ROW], "{p}:1", ["--plan", "x.json"], "--layout and --plan"),
     ([{**ROW, "attention": "cudnn"}], "{p}:1", ["--devices", "cpu:8"], "runs cuDNN attention, which needs a GPU"),
-    ([{**ROW, "tp": 4, "dp": 2, "pp": 1}], "{p}:1", ["--devices", "cpu:8"], "KV heads (2) not divisible"),
+    ([{**ROW, "tp": 8, "dp": 1, "pp": 1}], "{p}:1", ["--devices", "cpu:8"], "attention heads (4) not divisible"),
 ])
 def test_bad_rows_are_one_line(tmp_path, capsys, rows, spec, extra, needle):
     path = sweep_file(tmp_path, *rows)

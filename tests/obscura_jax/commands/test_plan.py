@@ -163,7 +163,7 @@ def test_plan_for_a_stage_mesh_records_its_layout(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--data-parallel", "2"], "micro-batch 1 is not divisible by data parallelism 2"),
-    (["--tensor-parallel", "4"], "tensor parallelism 4: llama2-tiny: KV heads (2) not divisible"),
+    (["--tensor-parallel", "8"], "tensor parallelism 8: llama2-tiny: attention heads (4) not divisible"),
     (["--tensor-parallel", "3"], "attention heads (4) not divisible by tensor parallelism 3"),
     (["--data-parallel", "0"], "--data-parallel must be >= 1"),
     (["--tensor-parallel", "-2"], "--tensor-parallel must be >= 1"),
