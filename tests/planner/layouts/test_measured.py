@@ -172,8 +172,9 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
     recorded as skipped here), and the sweep of the tiny model uses the measurements."""
     out = tmp_path / "tiny_layers.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_layer_bench.py"), "--tiny",
-                           "--seq-lens", "32", "--policies", "none,full,cmb", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--seq-lens", "32", "--policies", "none,full,cmb", "--out", str(out),
+                           "--budget-s", "1e9"],   # every task, however slow the box (the time budget is not under test)
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     layers = load_measured(out)
     data = json.loads(out.read_text())
