@@ -2,6 +2,8 @@
 the run; the hypothesis profiles (quick by default); tests under tests/gpu/ are marked
 gpu (`make test-gpu` runs `pytest -m gpu`), and gpu tests skip without a GPU."""
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 # The suite compiles far more than it runs, so its compiles are made cheap (the same
@@ -9,8 +11,24 @@ from pathlib import Path
 # XLA CPU's older loop emitters instead of its MLIR fusion emitters (half the compile
 # CPU time of a stage program: 46.6 -> 22.1 s for a cold 1f1b + zb-h1 `obscura train`
 # on llama2-tiny, 2-core box). Every process a test starts inherits the variable.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-                                   "--xla_cpu_use_fusion_emitters=false")
+LOOP_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _suite_xla_flags() -> str:
+    """The suite's XLA_FLAGS; the loop-emitter flag only where this XLA knows it (XLA
+    aborts the process on an unknown flag, and jax 0.11's XLA has no such flag): asked
+    once, of a child process, by the process that sets the variable."""
+    flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"], capture_output=True,
+                               env=dict(os.environ, XLA_FLAGS=LOOP_EMITTERS, JAX_PLATFORMS="cpu"), timeout=300)
+    except subprocess.TimeoutExpired:
+        return flags
+    return f"{flags} {LOOP_EMITTERS}" if probe.returncode == 0 else flags
+
+
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = _suite_xla_flags()
 os.environ.setdefault("JAX_ENABLE_X64", "0")
 
 
