@@ -49,7 +49,7 @@ class CostTiming:
     its outputs, a stage's residuals can be GBs), after `sustain_seconds` (first
     program) or `settle_seconds` (later ones) of untimed back-to-back load."""
     samples: int = 3
-    sample_seconds: float = 0.01
+    sample_seconds: float | None = 0.01      # None: a sample is one call
     sustain_seconds: float = 0.0
     settle_seconds: float = 0.0
     max_calls: int = 50
@@ -62,6 +62,14 @@ class CostTiming:
         if device.platform == "gpu":
             return cls(samples, sample_seconds=0.1, sustain_seconds=2.0, settle_seconds=0.3, max_calls=8)
         return cls(samples)
+
+    def in_lockstep(self) -> "CostTiming":
+        """The same calls on every process, whatever each one's clock says: a stage whose
+        mesh spans processes (--data-across-processes) runs collectives across them,
+        which pair call by call, so a count chosen from a measured time (a sample's
+        length, seconds of load) would leave one process waiting for calls the other
+        never makes. Each sample is one call, with no timed load before it."""
+        return replace(self, sample_seconds=None, sustain_seconds=0.0, settle_seconds=0.0)
 
     def time(self, fn, first: bool) -> float:
         return statistics.median(self.spread(fn, first))

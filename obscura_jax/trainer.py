@@ -253,6 +253,8 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     run, pipe = outcome.config, outcome.pipeline
     device = next(d for d in pipe.placement.mesh(pipe.local_stages[0]).devices if group.owns(d))
     timing = CostTiming.for_device(device, run.cost_reps)
+    if pipe.placement.spans_processes:     # collectives across processes: the same calls everywhere
+        timing = timing.in_lockstep()
     # (stages spanning processes run collectives: every process times them at once)
     turns = (range(group.size) if group.size > 1 and device.platform == "cpu"
              and not pipe.placement.spans_processes else [group.rank])

@@ -79,3 +79,45 @@ def test_gpus_are_timed_after_sustained_load_with_few_runs_in_flight():
     t = CostTiming(2, sample_seconds=1.0, max_calls=3).time(lambda: calls.append(jax.numpy.ones(2)) or calls[-1],
                                                           first=True)
     assert t > 0 and len(calls) == 1 + 1 + 2 * 3    # warm-up, sizing call, 2 samples capped at 3 runs
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_in_lockstep_every_process_makes_the_same_calls_whatever_its_speed(platform, monkeypatch):
+    """Stages whose mesh spans processes hold collectives across them: a process that
+    made more timing calls than its peer would wait forever (the 2-of-28 hangs of
+    --data-across-processes). A fast and a slow process (a fake clock) make as many."""
+    import time as time_module
+
+    from obscura_jax import measure
+
+    class Device:
+        def __init__(self, p):
+            self.platform = p
+    counts = []
+    for seconds_per_call in (1e-5, 0.2):
+        clock = [0.0]
+        monkeypatch.setattr(time_module, "perf_counter", lambda: clock[0])
+        calls = []
+
+        def call():
+            clock[0] += seconds_per_call
+            calls.append(1)
+            return jax.numpy.ones(2)
+        timing = measure.CostTiming.for_device(Device(platform), 3).in_lockstep()
+        timing.spread(call, first=True)
+        timing.spread(call, first=False)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] == 2 * (1 + 3)     # each spread: a warm-up, then 3 one-call samples
+    # without lockstep the counts follow the clock (what made the processes disagree)
+    free = []
+    for seconds_per_call in (1e-5, 0.2):
+        clock = [0.0]
+        calls = []
+
+        def call():
+            clock[0] += seconds_per_call
+            calls.append(1)
+            return jax.numpy.ones(2)
+        measure.CostTiming.for_device(Device("cpu"), 3).spread(call, first=True)
+        free.append(len(calls))
+    assert free[0] != free[1]
