@@ -252,12 +252,10 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     share the host's cores, so they time their stages one after the other."""
     run, pipe = outcome.config, outcome.pipeline
     device = next(d for d in pipe.placement.mesh(pipe.local_stages[0]).devices if group.owns(d))
+    spans = pipe.placement.spans_processes    # collectives across processes: all time at once, in lockstep
     timing = CostTiming.for_device(device, run.cost_reps)
-    if pipe.placement.spans_processes:     # collectives across processes: the same calls everywhere
-        timing = timing.in_lockstep()
-    # (stages spanning processes run collectives: every process times them at once)
-    turns = (range(group.size) if group.size > 1 and device.platform == "cpu"
-             and not pipe.placement.spans_processes else [group.rank])
+    timing = timing.in_lockstep() if spans else timing
+    turns = range(group.size) if group.size > 1 and device.platform == "cpu" and not spans else [group.rank]
     for turn in turns:
         if turn == group.rank:
             stages = measure_stages(pipe, outcome.states, run.policy, timing)

@@ -186,7 +186,8 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
     cfg = models.get_config("llama2-tiny")
     for e in data["entries"]:
         if e["status"] == "measured":
-            assert e["bwd_time"] > 0 and e["fwd_time"] > 0
+            # bwd_time is fwd+bwd minus fwd, two timings: on a busy box their difference can be 0
+            assert e["fwd_time"] > 0 and e["fwd_bwd_time"] > 0 and e["bwd_time"] >= 0
             (_, _, _, kept), _ = layer(cfg, 32, e["micro_batch"], "xla", e["policy"])
             assert e["residual_bytes"] == kept
     grid = LayoutGrid(gpus=4, global_batch=8, micro_batches=(1, 2), pps=(1, 2), tps=(1,),
