@@ -93,31 +93,22 @@ def test_in_lockstep_every_process_makes_the_same_calls_whatever_its_speed(platf
     class Device:
         def __init__(self, p):
             self.platform = p
-    counts = []
-    for seconds_per_call in (1e-5, 0.2):
-        clock = [0.0]
+
+    def calls_made(timing, seconds_per_call: float, firsts=(True,)) -> int:
+        """How many calls `timing` makes of a program taking `seconds_per_call` (fake clock)."""
+        clock, calls = [0.0], []
         monkeypatch.setattr(time_module, "perf_counter", lambda: clock[0])
-        calls = []
 
         def call():
             clock[0] += seconds_per_call
             calls.append(1)
             return jax.numpy.ones(2)
-        timing = measure.CostTiming.for_device(Device(platform), 3).in_lockstep()
-        timing.spread(call, first=True)
-        timing.spread(call, first=False)
-        counts.append(len(calls))
+        for first in firsts:
+            timing.spread(call, first=first)
+        return len(calls)
+    lockstep = measure.CostTiming.for_device(Device(platform), 3).in_lockstep()
+    counts = [calls_made(lockstep, t, (True, False)) for t in (1e-5, 0.2)]
     assert counts[0] == counts[1] == 2 * (1 + 3)     # each spread: a warm-up, then 3 one-call samples
     # without lockstep the counts follow the clock (what made the processes disagree)
-    free = []
-    for seconds_per_call in (1e-5, 0.2):
-        clock = [0.0]
-        calls = []
-
-        def call():
-            clock[0] += seconds_per_call
-            calls.append(1)
-            return jax.numpy.ones(2)
-        measure.CostTiming.for_device(Device("cpu"), 3).spread(call, first=True)
-        free.append(len(calls))
-    assert free[0] != free[1]
+    free = measure.CostTiming.for_device(Device("cpu"), 3)
+    assert calls_made(free, 1e-5) != calls_made(free, 0.2)
