@@ -137,6 +137,7 @@ def _place_like_params(opt_state, params, param_shardings, replicated):
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=32)   # one object per setting: compiled steps keyed by it are reused
 def make_optimizer(name: str = "adamw", learning_rate: float = 1e-3, weight_decay: float = 0.01):
     if learning_rate <= 0:
         raise ValueError(f"learning rate must be > 0, got {learning_rate}")

@@ -78,6 +78,9 @@ def _draw_raster(ax, timeline: Timeline, xmax: float) -> None:
               origin="upper")
 
 
+_BAND_ORDER = ("idle", "SO", "SI", "op", "R")   # drawing order: a recompute part over its backward
+
+
 def _lighter(color: str, chunk: int) -> str:
     """The colour mixed with white, more for later chunks of a device."""
     if chunk == 0:
@@ -109,23 +112,30 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str
         y = n - 1 - d
         ops = timeline.device_ops(d)
         chunk_of = {s: i for i, s in enumerate(sorted({o.stage for o in ops}))}
+        # one collection per colour and band (not one per bar): drawing cost grows with artists
+        bars: dict[tuple, list] = {}
         for a, b, label in idle_intervals(ops, timeline.makespan):
-            ax.broken_barh([(a, b - a)], (y - 0.3, 0.6), color=COLORS.get(label, COLORS["idle"]), lw=0)
+            bars.setdefault(("idle", COLORS.get(label, COLORS["idle"])), []).append((a, b - a))
         for o in ops:
             k = o.kind.value
             if k in ("SO", "SI"):
-                lane = y - 0.38 if k == "SO" else y - 0.49
-                ax.broken_barh([(o.start, max(o.duration, 1e-9 * xmax))], (lane, 0.09), color=COLORS[k], lw=0)
+                bars.setdefault((k, COLORS[k]), []).append((o.start, max(o.duration, 1e-9 * xmax)))
                 continue
-            ax.broken_barh([(o.start, o.duration)], (y - 0.3, 0.6), facecolor=_lighter(COLORS[k], chunk_of[o.stage]),
-                           edgecolor="white", lw=0.6)
+            bars.setdefault(("op", _lighter(COLORS[k], chunk_of[o.stage])), []).append((o.start, o.duration))
             if o.recompute > 0:
-                ax.broken_barh([(o.start, o.recompute)], (y - 0.3, 0.6), facecolor=COLORS["R"],
-                               edgecolor="white", hatch="///", lw=0.6)
+                bars.setdefault(("R", COLORS["R"]), []).append((o.start, o.recompute))
             text = f"{o.microbatch}/{o.stage}" if chunked else str(o.microbatch)
             if o.duration - o.recompute > 0.012 * xmax * (1.8 if chunked else 1.0):
                 ax.text(o.start + (o.recompute + o.duration) / 2, y, text, ha="center", va="center",
                         fontsize=6 if chunked else 7, color="white" if chunk_of[o.stage] == 0 else "black")
+        for (band, color), spans in sorted(bars.items(), key=lambda kv: _BAND_ORDER.index(kv[0][0])):
+            if band == "idle":
+                ax.broken_barh(spans, (y - 0.3, 0.6), color=color, lw=0)
+            elif band in ("SO", "SI"):
+                ax.broken_barh(spans, (y - 0.38 if band == "SO" else y - 0.49, 0.09), color=color, lw=0)
+            else:
+                ax.broken_barh(spans, (y - 0.3, 0.6), facecolor=color, edgecolor="white", lw=0.6,
+                               hatch="///" if band == "R" else None)
     ax.set_yticks(range(n))
     if chunked:
         names = [f"device {d} (stages {','.join(str(s) for s in sorted({o.stage for o in timeline.device_ops(d)}))})"

@@ -43,3 +43,26 @@ def test_the_time_axis_says_its_unit(tmp_path):
     long = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1, 2, 1))
     draw_gantt(long, tmp_path / "s.png", time_unit="s")
     assert "time (s)" in (tmp_path / "s.svg").read_text()
+
+
+def _bar_collections(timeline):
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    from schedules.gantt import _draw
+    ax = Figure().subplots()
+    _draw(ax, timeline, None, timeline.makespan)
+    return [c for c in ax.collections if isinstance(c, PolyCollection)]
+
+
+def test_bars_are_one_collection_per_colour_and_band_not_one_per_op():
+    # drawing cost grows with matplotlib artists: 32 micro-batches draw as many collections as 4
+    costs = StageCosts.uniform(4, 1, 2, 0.5)
+    small, large = (simulate(generate("obscura", 4, m, adjusted=1), costs) for m in (4, 32))
+    assert len(_bar_collections(small)) == len(_bar_collections(large)) <= 4 * 6
+    # every bar is still drawn: ops, their recompute parts and the idle intervals
+    from schedules.timeline import idle_intervals
+    bars = sum(len(c.get_paths()) for c in _bar_collections(large))
+    want = sum(len(large.device_ops(d)) + sum(o.recompute > 0 for o in large.device_ops(d))
+               + len(idle_intervals(large.device_ops(d), large.makespan)) for d in range(4))
+    assert bars == want
