@@ -247,6 +247,9 @@ def _save(fig, path_png, svg: bool) -> list[Path]:
     """Write the figure as PNG (and SVG beside it), each atomically
     (schedules.jsonio.replace_atomically); the paths written."""
     path_png = Path(path_png)
+    # tight_layout (done once, above) leaves a placeholder layout engine, and any engine
+    # makes savefig draw the whole figure once more before drawing it to the file
+    fig.set_layout_engine(None)
     written = [path_png] + ([path_png.with_suffix(".svg")] if svg else [])
     for path, fmt in zip(written, ("png", "svg")):
         replace_atomically(path, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150))

@@ -62,6 +62,7 @@ def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source]) 
     color = "black" if all(s.measured and not s.caution for s in sources) else "#B00020"
     fig.text(0.01, 0.005, source_text(sources), fontsize=6.5, ha="left", va="bottom", color=color, wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.set_layout_engine(None)     # a placeholder engine would make savefig draw everything twice
     return replace_atomically(Path(out_dir) / f"{stem}.png",
                               lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
 
