@@ -7,7 +7,9 @@ timeline, summary, Gantt), on 4 emulated CPU devices; train checked against the
 unpipelined model (--check: equal); profile -> plan -> train --plan --check at two
 memory limits (the planner picks the family: today 1f1b where 1F1B fits and obscura
 at the tighter limit; `plan` has no flag to force a family); and train --check across
-2 processes x 2 devices for one plain and one chunked family.
+2 processes x 2 devices for one plain family (llama2-tiny) and one chunked family
+(gpt3-tiny): one multi-process launch per file. `simulate` takes no model: it runs
+in the llama2-tiny file only.
 
 One model's whole matrix runs in one pytest process (cli.main in-process, one small
 shape), so the stage programs compiled for one schedule serve the next (same units,
@@ -23,7 +25,6 @@ P = 4
 SHAPE = ["--stages", str(P), "--microbatches", "4", "--micro-batch-size", "2", "--seq-len", "16"]
 RUN = SHAPE + ["--devices", "cpu:4", "--no-progress", "--cost-reps", "1", "--steps", "2"]
 FAMILIES = sorted(SCHEDULES)
-PLAIN_AND_CHUNKED = ("1f1b", "interleaved")     # across 2 processes
 
 
 def ok(argv: list[str], capsys) -> str:
@@ -106,3 +107,15 @@ def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
         peaks = [st["predicted_peak_bytes"] for st in json.loads(plan.read_text())["stages"]]
         limit = str(int((max(peaks) + min(peaks)) / 2))
     return ran
+
+
+def train_on_two_processes(model: str, schedule: str, tmp_path) -> None:
+    """train --check on 2 processes x 2 devices (a subprocess launch with a timeout)."""
+    from tests.obscura_jax.mp_helpers import crash_report, run
+    out = tmp_path / "run.json"
+    rc, text = run(["train", "--model", model, "--schedule", schedule, *SHAPE, "--devices", "cpu",
+                    "--processes", "2", "--devices-per-process", "2", "--no-progress", "--cost-reps", "1",
+                    "--steps", "2", "--check", "--json", str(out)], timeout=300)
+    assert rc == 0, crash_report(text)
+    res = check_train_json(out, schedule)
+    assert res["processes"] == 2 and {st["process"] for st in res["stages"]} == {0, 1}
