@@ -136,8 +136,7 @@ def _place_like_params(opt_state, params, param_shardings, replicated):
     return jax.tree.map(place, opt_state, is_leaf=lambda x: jax.tree.structure(x) == tree)
 
 
-@functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=32)   # one object per setting: compiled steps keyed by it are reused
+@functools.lru_cache(maxsize=None)   # one object per setting: compiled steps keyed by it are reused
 def make_optimizer(name: str = "adamw", learning_rate: float = 1e-3, weight_decay: float = 0.01):
     if learning_rate <= 0:
         raise ValueError(f"learning rate must be > 0, got {learning_rate}")
