@@ -13,6 +13,14 @@ printed the cut-short import (numpy's C API). So Ctrl-C there is deferred: a hel
 thread sends SIGINT again once the main thread has left the extension's set-up, and
 the handler raises then.
 
+After Ctrl-C the run is being abandoned, and the libraries it cuts short say so in
+their own words: Orbax logs its interrupted save's traceback (`wait_until_finished`:
+"Save Finalize thread failed"), an asyncio loop it left open fails in `__del__`, a
+worker thread dies of the unwinding. None of that is news to the person who pressed
+Ctrl-C, and the run's one line must stay one line: so from the first Ctrl-C on,
+logging is switched off (`logging.disable`) and unraisable and thread exceptions are
+dropped.
+
 Installed only by the process entry point (obscura_jax/__main__.py, before the command
 line's imports): library users keep their own SIGINT handling.
 
@@ -29,6 +37,7 @@ install() has run (announce_ready).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -97,6 +106,7 @@ def install() -> None:
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _unraisable
     sys.excepthook = _excepthook
+    threading.excepthook = _thread_excepthook
 
 
 ENV_READY_FD = "OBSCURA_TEST_READY_FD"    # test hook: a descriptor told "ready\n" after install()
@@ -123,8 +133,14 @@ def _unraisable(info) -> None:
     it can be raised; no 'Exception ignored' block."""
     if issubclass(info.exc_type, KeyboardInterrupt):
         _send_again_soon()
-    else:
+    elif not _requested.is_set():     # after Ctrl-C: a library's teardown noise (see above)
         sys.__unraisablehook__(info)
+
+
+def _thread_excepthook(args) -> None:
+    """A thread's uncaught exception, unless Ctrl-C came: then it is the unwinding."""
+    if not _requested.is_set() and not issubclass(args.exc_type, KeyboardInterrupt):
+        threading.__excepthook__(args)
 
 
 def _send_again_soon() -> None:
@@ -151,7 +167,9 @@ def _excepthook(exc_type, exc, tb) -> None:
 
 
 def _on_sigint(signum, frame) -> None:
-    _requested.set()
+    if not _requested.is_set():
+        _requested.set()
+        logging.disable(logging.CRITICAL)     # the libraries' own words on being cut short (see above)
     if in_extension_init(frame):
         _send_again_after_init()
         return

@@ -95,7 +95,9 @@ def start_ready(args: list[str], timeout: float = 120, **popen) -> tuple[subproc
     with the monotonic time it did; killed, and the test failed, if it does not within
     `timeout` seconds (a bound for a box at any load, not a measurement)."""
     r, w = os.pipe()
-    env = dict(popen.pop("env", None) or os.environ, OBSCURA_TEST_READY_FD=str(w))
+    # PYTHONFAULTHANDLER: a process that hangs can be made to print every thread's stack
+    # (stacks_of_a_hung_process) before it is killed
+    env = dict(popen.pop("env", None) or os.environ, OBSCURA_TEST_READY_FD=str(w), PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen([sys.executable, "-m", "obscura_jax", *args], cwd=ROOT, pass_fds=(w,), env=env,
                             start_new_session=True, **popen)
     os.close(w)
@@ -108,3 +110,21 @@ def start_ready(args: list[str], timeout: float = 120, **popen) -> tuple[subproc
         out, err = proc.communicate()
         raise AssertionError(f"no readiness line within {timeout:.0f} s (read {said!r}):\n{(err or '')[-2000:]}")
     return proc, time.monotonic()
+
+
+def stacks_of_a_hung_process(proc: subprocess.Popen) -> str:
+    """For a failed assertion on a process of start_ready that did not end: SIGABRT,
+    which its fault handler answers with every thread's Python stack on stderr, then
+    its whole session killed. Returns the stderr tail (stderr must be a text PIPE)."""
+    try:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        err = "(no stacks within 60 s of SIGABRT)"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+    return (err or "")[-6000:]
