@@ -47,8 +47,13 @@ def check_train_json(path, schedule: str, *, num_devices: int = P) -> dict:
     assert sorted(s for d in res["pipeline_devices"] for s in d["stages"]) == list(range(p))
     for s, st in enumerate(res["stages"]):
         assert st["simulated_peak_bytes"] > st["weight_bytes"] > 0, (schedule, s)
-        assert st["measured"]["compute"] > 0, (schedule, s)
+        # A stage's measured compute may be 0 on a busy box: an op's start is inferred as
+        # no earlier than its inputs were SEEN ready (obscura_jax.events), and a waiter
+        # thread that runs late can see an input ready after the op itself. The run's
+        # first forward has no input to wait for: the stages' sum is positive.
+        assert st["measured"]["compute"] >= 0, (schedule, s)
         assert s in res["pipeline_devices"][st["pipeline_device"]]["stages"]
+    assert sum(st["measured"]["compute"] for st in res["stages"]) > 0, schedule
     assert res["timeline"]["num_stages"] == p and res["simulated_iteration_time"] > 0
     return res
 
