@@ -7,24 +7,35 @@ import sys
 from pathlib import Path
 
 # The suite compiles far more than it runs, so its compiles are made cheap (the same
-# math, pipelined and reference alike): LLVM's backend optimisation at level 0, and
-# XLA CPU's older loop emitters instead of its MLIR fusion emitters (half the compile
-# CPU time of a stage program: 46.6 -> 22.1 s for a cold 1f1b + zb-h1 `obscura train`
-# on llama2-tiny, 2-core box). Every process a test starts inherits the variable.
-LOOP_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+# math, pipelined and reference alike): LLVM's backend optimisation at level 0; XLA
+# CPU's older loop emitters instead of its MLIR fusion emitters (half the compile CPU
+# time of a stage program: 46.6 -> 22.1 s for a cold 1f1b + zb-h1 `obscura train` on
+# llama2-tiny, 2-core box); and each program's LLVM module compiled whole, not split
+# into pieces for a thread pool (the pieces' overhead outweighs them on these tiny
+# programs: test_numerics_llama 26.7 -> 22.3 CPU-s cold; the code is the same).
+# Every process a test starts inherits the variable.
+BASE_FLAGS = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+OPTIONAL_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+
+
+def _xla_knows(flags: str) -> bool:
+    """Whether this XLA starts with `flags` (it aborts the process on a flag it does
+    not know: jax 0.11's XLA has no loop-emitter flag), asked of a child process."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"], capture_output=True,
+                               env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"), timeout=300)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
 
 
 def _suite_xla_flags() -> str:
-    """The suite's XLA_FLAGS; the loop-emitter flag only where this XLA knows it (XLA
-    aborts the process on an unknown flag, and jax 0.11's XLA has no such flag): asked
-    once, of a child process, by the process that sets the variable."""
-    flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-    try:
-        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"], capture_output=True,
-                               env=dict(os.environ, XLA_FLAGS=LOOP_EMITTERS, JAX_PLATFORMS="cpu"), timeout=300)
-    except subprocess.TimeoutExpired:
-        return flags
-    return f"{flags} {LOOP_EMITTERS}" if probe.returncode == 0 else flags
+    """The suite's XLA_FLAGS: BASE_FLAGS and each of OPTIONAL_FLAGS this XLA knows
+    (all asked at once, one at a time only if that fails), by the process that sets
+    the variable."""
+    known = list(OPTIONAL_FLAGS) if _xla_knows(" ".join(OPTIONAL_FLAGS)) else [
+        f for f in OPTIONAL_FLAGS if _xla_knows(f)]
+    return " ".join([BASE_FLAGS, *known])
 
 
 if "XLA_FLAGS" not in os.environ:
