@@ -41,6 +41,9 @@ def _suite_xla_flags() -> str:
 if "XLA_FLAGS" not in os.environ:
     os.environ["XLA_FLAGS"] = _suite_xla_flags()
 os.environ.setdefault("JAX_ENABLE_X64", "0")
+# numpy's OpenBLAS starts a thread per core at import, in every process the suite
+# starts (~0.1 CPU-s each); the suite's numpy arrays are tiny.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _share_compiled_programs() -> None:
