@@ -95,7 +95,9 @@ def test_two_concurrent_trains_on_one_dir(tmp_path):
     holds the lock then however fast either runs: the second's refusal while the first
     cannot release the lock is the proof it did not wait for it (no wall-clock bound)."""
     ck = tmp_path / "ck"
-    first = _start(TINY + ["--steps", "400", "--checkpoint-every", "200", "--checkpoint-dir", str(ck)])
+    # 100 steps: the first is stopped within a poll (50 ms) of taking the lock, which it
+    # takes before it compiles (seconds), so it cannot have finished by then
+    first = _start(TINY + ["--steps", "100", "--checkpoint-every", "50", "--checkpoint-dir", str(ck)])
     lock = ck / ".obscura.lock"
     _wait_for(lambda: lock.exists() and lock.read_text().strip(), first, 240)
     first.send_signal(signal.SIGSTOP)
@@ -106,9 +108,9 @@ def test_two_concurrent_trains_on_one_dir(tmp_path):
     assert rc == 2 and err.count("\n") == 1 and f"pid {first.pid} on " in err and "in use" in err, err
     rc, _, err = _finish(first, 600)
     assert rc == 0, err[-2000:]
-    rc, _, err = _finish(_start(TINY + ["--steps", "402", "--checkpoint-dir", str(ck), "--resume"]), 300)
+    rc, _, err = _finish(_start(TINY + ["--steps", "102", "--checkpoint-dir", str(ck), "--resume"]), 300)
     assert rc == 0, err[-2000:]
-    assert [e["step"] for e in MetricsLog(ck).entries()] == list(range(1, 403))
+    assert [e["step"] for e in MetricsLog(ck).entries()] == list(range(1, 103))
 
 
 @pytest.mark.slow
