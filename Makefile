@@ -9,10 +9,14 @@ NEEDS  := $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 
 .PHONY: demo test test-long test-gpu test-busy install clean
 
+# Bytecode on both cores, without the installed packages' own test folders (pip's compile
+# is serial and takes them all: a fresh venv 50 s -> 35 s here, BENCHMARKS.md, issue 23).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-compile -e '.[test]'
+	$(PY) -m compileall -q -j 0 -x 'site-packages/.*/tests/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null \
+	  || echo "make: some installed modules did not byte-compile (they compile when imported)"
 	touch $(STAMP)
 
 install: $(STAMP)
