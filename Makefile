@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 # (the lent GPU machine has no network): the venv is made only when PY is the venv's.
 NEEDS  := $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 
-.PHONY: demo test test-long test-gpu test-busy install clean
+.PHONY: demo test test-long test-gpu test-busy install bytecode clean
 
 # Bytecode on both cores, without the installed packages' own test folders (pip's compile
 # is serial and takes them all: a fresh venv 50 s -> 35 s here, BENCHMARKS.md, issue 23).
@@ -21,16 +21,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The repository's own modules byte-compiled before a run: where PYTHONDONTWRITEBYTECODE
+# is set, every process the suite starts would compile them from source again (~0.16
+# CPU-s a CLI process). Only what changed since the last run is compiled again.
+OWN_PACKAGES := obscura_jax models schedules planner experiments scripts examples tests
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 $(OWN_PACKAGES) >/dev/null
+
 # The main job on an embedded default: llama2-tiny, stdlib text, 4 emulated CPU devices.
 demo: $(STAMP)
 	$(VENV)/bin/obscura compare --demo --out demo_out
 
 # The whole suite on 2 workers; GPU-marked tests skip without a GPU; hypothesis's quick profile.
-test: $(STAMP)
+test: bytecode
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The same with hypothesis's thorough profile (10x the examples: tests/conftest.py, tests/budget.py).
-test-long: $(STAMP)
+test-long: bytecode
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -n 2 --dist loadfile
 
 # Only the GPU tier (tests/gpu/ and any test marked gpu): skips cleanly without a GPU;
@@ -44,7 +51,7 @@ test-gpu: $(NEEDS)
 
 # The suite beside 6 CPU-burning processes it starts and stops (scripts/busy_load.py):
 # no verdict may depend on the machine's speed.
-test-busy: $(STAMP)
+test-busy: bytecode
 	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q -n 2 --dist loadfile
 
 clean:
