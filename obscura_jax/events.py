@@ -150,12 +150,14 @@ class EventRecorder:
 
 
 def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action],
-              origin: float | None = None) -> list[MeasuredOp]:
+              origin: float | None = None, latest_end: float | None = None) -> list[MeasuredOp]:
     """Events in any order -> ops with inferred starts, relative to `origin` (the
     step's start; default: the first dispatch): the list scheduler
     (schedules.list_schedule) over each device's part of the issue order, every action
     released at its dispatch and ending when it was seen ready, in its lane of the
-    per-kind table (schedules.actions)."""
+    per-kind table (schedules.actions). `latest_end` (same clock as the events): no
+    action ended later. The step's main thread saw every gradient ready then, while a
+    waiter thread on a busy machine may see an output ready after it."""
     by_action = {e.action: e for e in events}
     missing = [a for a in order if a not in by_action]
     if missing:
@@ -175,23 +177,29 @@ def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action],
                  [0.0] * len(st.actions), [0.0] * len(st.actions), [0.0] * (num_stages + 1))
     seen = [by_action[a] for a in st.actions]
     done = list_schedule(run, row_rules=False, release=[e.dispatched for e in seen],
-                         observed_end=[e.ready for e in seen])
+                         observed_end=[_no_later(e.ready, latest_end) for e in seen])
     times = {a: (done.start[i] - origin, done.end[i] - origin) for i, a in enumerate(st.actions)}
     return [MeasuredOp(a, *times[a]) for a in order]
 
 
-def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float) -> list[MeasuredTransfer]:
+def _no_later(t: float, bound: float | None) -> float:
+    return t if bound is None or t <= bound else bound
+
+
+def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float,
+                    latest_end: float | None = None) -> list[MeasuredTransfer]:
     """Transfers relative to `origin`, as an in-order copy lane per consumer stage
     implies (as infer_ops does for compute): each starts no earlier than its
     delivery, its producer's end (a copy cannot begin before its data exists) and
-    the lane's previous copy, and ends when it was seen ready."""
+    the lane's previous copy, and ends when it was seen ready, no later than
+    `latest_end` (as in infer_ops)."""
     end = {op.action.long: op.end for op in ops}
     lane_end: dict[int, float] = {}
     out = []
     for t in sorted(transfers, key=lambda t: t.delivered):
         producer = t.message.split("->")[0]
         start = max(t.delivered - origin, end.get(producer, 0.0), lane_end.get(t.dst, 0.0))
-        finish = max(t.ready - origin, start)
+        finish = max(_no_later(t.ready, latest_end) - origin, start)
         lane_end[t.dst] = finish
         out.append(MeasuredTransfer(t.message, t.src, t.dst, start, finish))
     return out

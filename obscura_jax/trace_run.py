@@ -66,11 +66,12 @@ def xla_trace_files(directory) -> list[str]:
     return sorted(str(p) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
 
 
-def measured_timeline(pipe, events, stage_facts: list[dict], origin: float | None = None) -> Timeline:
+def measured_timeline(pipe, events, stage_facts: list[dict], origin: float | None = None,
+                      latest_end: float | None = None) -> Timeline:
     """Events of one iteration (every process's, on one clock) -> a Timeline with the
     simulator's statistics, its time 0 at `origin` (the step's start; default: its
-    first dispatch)."""
-    ops = infer_ops(events, pipe.schedule.num_stages, pipe.executor.order, origin)
+    first dispatch), no action ending after `latest_end` (events.infer_ops)."""
+    ops = infer_ops(events, pipe.schedule.num_stages, pipe.executor.order, origin, latest_end)
     records = []
     for op in ops:
         a = op.action

@@ -8,7 +8,7 @@ import time
 import jax
 import pytest
 
-from obscura_jax.events import ActionEvent, EventRecorder, infer_ops, infer_transfers
+from obscura_jax.events import ActionEvent, EventRecorder, TransferEvent, infer_ops, infer_transfers
 from schedules.ir import Action, Kind
 from tests.obscura_jax import toy_stages as toy
 from tests.obscura_jax.test_executor import batch, make
@@ -58,6 +58,27 @@ def test_infer_ops_uses_the_latest_constraint():
     assert (ops[f1].start, ops[f1].end) == (2.0, 5.0)     # waits for F0 of stage 0
     assert (ops[b1].start, ops[b1].end) == (5.0, 9.0)     # waits for its own F
     assert (ops[b0].start, ops[b0].end) == (9.0, 20.0)    # waits for B of stage 1
+
+
+def test_no_op_or_transfer_ends_after_the_latest_end():
+    """A waiter thread that runs late (a busy machine) sees an output ready after the
+    step's main thread saw every gradient ready: the inferred ends stop at that bound,
+    and ops that waited on a late one start no later for it."""
+    f0, f1 = Action(0, Kind.F, 0), Action(1, Kind.F, 0)
+    b1, b0 = Action(1, Kind.B, 0), Action(0, Kind.B, 0)
+    order = [f0, f1, b1, b0]
+    ev = [ActionEvent(f0, 0, 10.0, 12.0), ActionEvent(f1, 1, 10.1, 15.0),
+          ActionEvent(b1, 1, 10.2, 29.0), ActionEvent(b0, 0, 10.3, 31.0)]   # both seen late
+    ops = {o.action: o for o in infer_ops(ev, 2, order, origin=10.0, latest_end=25.0)}
+    assert (ops[f0].end, ops[f1].end) == (2.0, 5.0)       # seen in time: unchanged
+    assert (ops[b1].start, ops[b1].end) == (5.0, 15.0)
+    assert (ops[b0].start, ops[b0].end) == (15.0, 15.0)   # waits for B of stage 1, ends by the bound
+    assert max(o.end for o in ops.values()) == 15.0
+    late = TransferEvent("0F0->1F0", 0, 1, 1, 11.0, 27.0)
+    (moved,) = infer_transfers([late], list(ops.values()), 10.0, latest_end=25.0)
+    assert (moved.start, moved.end) == (2.0, 15.0)
+    (unbounded,) = infer_transfers([late], list(ops.values()), 10.0)
+    assert unbounded.end == 17.0
 
 
 def test_swapped_blocks_wait_for_their_copies():

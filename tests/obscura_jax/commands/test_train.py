@@ -81,6 +81,30 @@ def test_train_json_gantt_and_trace(tmp_path, capsys):
     assert 0 < res["bubble_fraction"] < 1 and res["recompute_fraction"] >= 0
 
 
+def test_late_waiters_do_not_stretch_the_trace_past_the_step(tmp_path, monkeypatch):
+    """On a busy machine a waiter thread can see an output ready after the step's main
+    thread saw every gradient ready (make test-busy, 2026-12-03). Seen 10 s late here,
+    every one: no op or transfer ends after the step, and the trace still spans
+    exactly the measured iteration time."""
+    import dataclasses
+
+    from obscura_jax.events import EventRecorder
+    close, transfers = EventRecorder.close, EventRecorder.transfers
+    monkeypatch.setattr(EventRecorder, "close", lambda self: [
+        dataclasses.replace(e, ready=e.ready + 10.0) for e in close(self)])
+    monkeypatch.setattr(EventRecorder, "transfers", lambda self: [
+        dataclasses.replace(t, ready=t.ready + 10.0) for t in transfers(self)])
+    out, trace = tmp_path / "run.json", tmp_path / "t.json"
+    assert train("--schedule", "1f1b", "--steps", "3", "--json", str(out), "--trace", str(trace)) == 0
+    res, data = json.loads(out.read_text()), json.loads(trace.read_text())
+    assert res["iteration_time"] < 10.0
+    assert data["otherData"]["makespan_s"] == pytest.approx(res["iteration_time"], rel=1e-9)
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert any(e["cat"] == "transfer" for e in slices)
+    assert max(e["ts"] + e["dur"] for e in slices) / 1e6 == pytest.approx(res["iteration_time"], rel=1e-6)
+    assert res["timeline"]["makespan"] <= res["iteration_time"] + 1e-9
+
+
 def test_resume_gives_the_uninterrupted_step_3_loss(tmp_path):
     whole, first, second = (tmp_path / n for n in ("whole.json", "first.json", "second.json"))
     ck = tmp_path / "ck"
