@@ -10,7 +10,7 @@ NEEDS  := $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 .PHONY: demo test test-long test-gpu test-busy install bytecode clean
 
 # Bytecode on both cores, without the installed packages' own test folders (pip's compile
-# is serial and takes them all: a fresh venv 50 s -> 35 s here, BENCHMARKS.md, issue 23).
+# is serial and takes them all: a fresh venv 45 s -> 28 s here, BENCHMARKS.md, issue 23).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

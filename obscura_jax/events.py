@@ -16,7 +16,9 @@ scheduler (schedules.list_schedule) the simulator runs:
                 end of every action it depends on (schedules.deps)).
 Cross-device transfer time is folded into the consumer. Error sources, stated honestly: a ready time is observed when the
 waiter thread next runs (the GIL switch interval is lowered to 0.1 ms while
-recording), and on emulated CPU devices "concurrent" stages share the host's cores.
+recording), so on a busy machine it may come after the step's main thread saw every
+gradient ready: `latest_end` caps it there; and on emulated CPU devices "concurrent"
+stages share the host's cores.
 
 Transfers between stages are noted where the transport delivers them
 (`transferred`): a waiter per consumer device times each copy until it is ready, so
