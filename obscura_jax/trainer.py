@@ -391,15 +391,10 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
         return
     start = facts[0]["step_clock"][0] if facts[0]["step_clock"] else min(c[0] for c in clocks)
     outcome.chart_step, outcome.chart_seconds = int(chosen[0]), float(chosen[1])
-    # the optimizer step: from the last process's gradients ready to the step's end
+    # the optimizer step: from the last process's gradients ready (every action ended by then) to the end
     grads_ready = max(c[1] for c in clocks)
     outcome.update_seconds = max(0.0, outcome.chart_seconds - (grads_ready - start))
-    merged = merge_events([f["events"] for f in facts])
-    if merged:
-        # every action of the step ended by the time the last process saw its gradients ready
-        outcome.timeline = measured_timeline(pipe, merged, outcome.stage_facts, origin=start,
-                                             latest_end=grads_ready)
-        ops = infer_ops(merged, pipe.schedule.num_stages, pipe.executor.order, origin=start,
-                        latest_end=grads_ready)
-        outcome.transfers = infer_transfers(merge_transfers([f["transfers"] for f in facts]), ops, start,
-                                            latest_end=grads_ready)
+    if merged := merge_events([f["events"] for f in facts]):
+        outcome.timeline = measured_timeline(pipe, merged, outcome.stage_facts, start, grads_ready)
+        ops = infer_ops(merged, pipe.schedule.num_stages, pipe.executor.order, start, grads_ready)
+        outcome.transfers = infer_transfers(merge_transfers([f["transfers"] for f in facts]), ops, start, grads_ready)

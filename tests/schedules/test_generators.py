@@ -184,7 +184,7 @@ def test_issue_order_respects_every_dependency(name):
 def test_generate_bounds_the_model_stages_first(name, p, extra, needle):
     """p x V model stages are bounded before generating (one line, at once)."""
     import time
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ScheduleError, match=needle):
         generate(name, p, 128 if p == 512 else 8, **extra)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0  # CPU, not wall time: a busy machine is not a bug

@@ -152,14 +152,15 @@ def _v2(where, devices, m=1):
     (_v2([0], [["0F0"] * 600_000]), "schedule JSON: 600000 actions; at most 524288 are read"),
 ])
 def test_schedule_files_past_the_bounds_are_one_line_at_once(tmp_path, data, needle):
-    """Checked before anything is built: each answers within a second (issue 24)."""
+    """Checked before anything is built: each answers within a second of this
+    process's CPU time (issue 24; CPU, not wall time: a busy machine is not a bug)."""
     import time
     path = tmp_path / "s.json"
     path.write_text(json.dumps(data))
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ScheduleError) as e:
         io.load_schedule(path)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 

@@ -13,10 +13,10 @@ from schedules.jsonio import check_writable, file_kind, read_json, read_text, wr
 
 def _one_line(call, *args):
     """The ObscuraError `call(*args)` raises, checked to be one line and quick."""
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ObscuraError) as e:
         call(*args)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0  # CPU, not wall time: a busy machine is not a bug
     text = str(e.value)
     assert "\n" not in text and text
     return text

@@ -173,12 +173,13 @@ def test_missing_file_and_micro_batch_count(tmp_path):
     ("x" * 200_000 + "\n", "torch CSV: line 1: field larger than field limit"),
 ])
 def test_csv_past_the_bounds_is_one_line_at_once(text, needle):
-    """Bounded before anything is built (issue 24): one line within a second."""
+    """Bounded before anything is built (issue 24): one line within a second of
+    this process's CPU time (not wall time: a busy machine is not a bug)."""
     import time
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ScheduleError) as e:
         from_torch_csv(text)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
