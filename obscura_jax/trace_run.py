@@ -11,7 +11,7 @@ exactly: `otherData.makespan_s` == the report's measured iteration time.
 `xla_trace(directory, group)` wraps the timed steps in `jax.profiler.trace`: the
 device kernels (XLA's own trace, for TensorBoard's profile plugin or Perfetto).
 
-`measured_timeline` turns the recorded events into a Timeline (the trainer's).
+`measured_timeline` turns the measured ops (events.infer_ops) into a Timeline (the trainer's).
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pathlib import Path
 
 import jax
 
-from obscura_jax.events import infer_ops
 from obscura_jax.summary import measured_with_recompute
 from schedules.ir import Kind
 from schedules.jsonio import write_json_atomic
@@ -66,12 +65,9 @@ def xla_trace_files(directory) -> list[str]:
     return sorted(str(p) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
 
 
-def measured_timeline(pipe, events, stage_facts: list[dict], origin: float | None = None,
-                      latest_end: float | None = None) -> Timeline:
-    """Events of one iteration (every process's, on one clock) -> a Timeline with the
-    simulator's statistics, its time 0 at `origin` (the step's start; default: its
-    first dispatch), no action ending after `latest_end` (events.infer_ops)."""
-    ops = infer_ops(events, pipe.schedule.num_stages, pipe.executor.order, origin, latest_end)
+def measured_timeline(pipe, ops, stage_facts: list[dict]) -> Timeline:
+    """One iteration's measured ops (events.infer_ops: every process's, relative to
+    the step's start) -> a Timeline with the simulator's statistics."""
     records = []
     for op in ops:
         a = op.action

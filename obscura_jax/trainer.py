@@ -395,6 +395,6 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
     grads_ready = max(c[1] for c in clocks)
     outcome.update_seconds = max(0.0, outcome.chart_seconds - (grads_ready - start))
     if merged := merge_events([f["events"] for f in facts]):
-        outcome.timeline = measured_timeline(pipe, merged, outcome.stage_facts, start, grads_ready)
         ops = infer_ops(merged, pipe.schedule.num_stages, pipe.executor.order, start, grads_ready)
+        outcome.timeline = measured_timeline(pipe, ops, outcome.stage_facts)
         outcome.transfers = infer_transfers(merge_transfers([f["transfers"] for f in facts]), ops, start, grads_ready)
