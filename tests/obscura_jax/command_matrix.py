@@ -103,7 +103,11 @@ def compare_every_family(model: str, tmp_path, capsys) -> None:
 def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
     """profile -> plan -> train --plan --check, twice: a limit 1F1B fits in, then one
     halfway between the first plan's smallest and largest stage peak (stage 0 has to
-    recompute). The planner picks each plan's family: returns the schedules run."""
+    recompute), or the smallest feasible limit where that is higher: the first plan
+    partitions by measured times, and on a busy box an uneven partition's smallest
+    peak can put the halfway point below the floor. The planner picks each plan's
+    family: returns the schedules run."""
+    from planner import load_profile, smallest_feasible_limit
     prof = tmp_path / "profile.json"
     ok(["profile", "--model", model, "--seq-len", "16", "--micro-batch", "2", "--reps", "1", "--json", str(prof)],
        capsys)
@@ -118,7 +122,8 @@ def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
         assert res["check"]["equal"] and res["plan_comparable"] is not False, limit
         ran.add(res["schedule"])
         peaks = [st["predicted_peak_bytes"] for st in json.loads(plan.read_text())["stages"]]
-        limit = str(int((max(peaks) + min(peaks)) / 2))
+        floor = smallest_feasible_limit(load_profile(prof), P, 4)
+        limit = str(max(int((max(peaks) + min(peaks)) / 2), floor))
     return ran
 
 
