@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 
 from obscura_jax.cli import main
+from planner import load_profile, smallest_feasible_limit
 from schedules.generators import SCHEDULES, model_stages
 
 P = 4
@@ -107,10 +108,10 @@ def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
     partitions by measured times, and on a busy box an uneven partition's smallest
     peak can put the halfway point below the floor. The planner picks each plan's
     family: returns the schedules run."""
-    from planner import load_profile, smallest_feasible_limit
     prof = tmp_path / "profile.json"
     ok(["profile", "--model", model, "--seq-len", "16", "--micro-batch", "2", "--reps", "1", "--json", str(prof)],
        capsys)
+    floor = smallest_feasible_limit(load_profile(prof), P, 4)
     ran, limit = set(), "64GiB"
     for i in range(2):
         plan, out = tmp_path / f"plan{i}.json", tmp_path / f"plan_run{i}.json"
@@ -122,7 +123,6 @@ def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
         assert res["check"]["equal"] and res["plan_comparable"] is not False, limit
         ran.add(res["schedule"])
         peaks = [st["predicted_peak_bytes"] for st in json.loads(plan.read_text())["stages"]]
-        floor = smallest_feasible_limit(load_profile(prof), P, 4)
         limit = str(max(int((max(peaks) + min(peaks)) / 2), floor))
     return ran
 
