@@ -10,12 +10,13 @@ NEEDS  := $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 .PHONY: demo test test-long test-gpu test-busy install bytecode clean
 
 # Bytecode on both cores, without the installed packages' own test folders (pip's compile
-# is serial and takes them all: a fresh venv 45 s -> 28 s here, BENCHMARKS.md, issue 23).
+# is serial and takes them all: a fresh venv 45 s -> 28 s here, BENCHMARKS.md, issue 23)
+# nor the packages no process of ours imports (pip, setuptools, scipy: ~2 s more).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[test]'
-	$(PY) -m compileall -q -j 0 -x 'site-packages/.*/tests/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null \
+	$(PY) -m compileall -q -j 0 -x 'site-packages/(pip|setuptools|pkg_resources|scipy)/|site-packages/.*/tests/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null \
 	  || echo "make: some installed modules did not byte-compile (they compile when imported)"
 	touch $(STAMP)
 
@@ -32,13 +33,17 @@ bytecode: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/obscura compare --demo --out demo_out
 
+# The suite's workers: one test module at a time each, dealt in tests/conftest.py's
+# order (heaviest first); without --no-loadscope-reorder xdist deals by test count.
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+
 # The whole suite on 2 workers; GPU-marked tests skip without a GPU; hypothesis's quick profile.
 test: bytecode
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q $(XDIST)
 
 # The same with hypothesis's thorough profile (10x the examples: tests/conftest.py, tests/budget.py).
 test-long: bytecode
-	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -n 2 --dist loadfile
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q $(XDIST)
 
 # Only the GPU tier (tests/gpu/ and any test marked gpu): skips cleanly without a GPU;
 # none collected (pytest's exit 5) is said, not an error. Four at a time on the one GPU,
@@ -52,7 +57,7 @@ test-gpu: $(NEEDS)
 # The suite beside 6 CPU-burning processes it starts and stops (scripts/busy_load.py):
 # no verdict may depend on the machine's speed.
 test-busy: bytecode
-	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q $(XDIST)
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -50,12 +50,16 @@ def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]
         raise RunError(f"partition {[list(p) for p in partition]} does not fit {cfg.name}: {e}") from None
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool = False) -> StageProgram:
     """Compiled stage program on `where` (a device or a StageMesh); cached, since
     programs are immutable once built and pipelines in one process (compare, tests)
     share most stages. `split`: a stage that runs I/W only (its fused backward
-    compiles on first use)."""
+    compiles on first use). 256: every family of the zoo trained on 4 devices of
+    one process, then two plans (tests/obscura_jax/command_matrix.py, gpt3-tiny),
+    use 68 distinct programs (8-stage partitions of the chunked families, adjusted
+    stages and their base-policy twins); 64 evicted 16, which were built again. A
+    program holds compiled code and specs, no arrays."""
     mesh = where if isinstance(where, StageMesh) else single(where)
     # a unit's auxiliary loss joins the mean loss of the m micro-batches at 1/m
     # (models.aux_loss); on D data shards each shard's at 1/(m D)

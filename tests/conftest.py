@@ -95,51 +95,59 @@ def _has_gpu() -> bool:
 GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every test there is marked gpu
 
 
-# How `make test` spreads the suite over its 2 workers (`-n 2 --dist loadfile`): a unit
-# of work is one test module (its module fixtures, compiled programs and JAX flags stay
-# in one process), and the modules are handed out heaviest first, by WEIGHTS (seconds
-# of one worker, from a --durations run of the whole suite on the 2-core box;
-# BENCHMARKS.md, issue 23): a heavy module dealt last is the run's tail. Only an order:
-# no verdict depends on it; a module not listed weighs 0 and keeps its collection order
-# after the listed ones. (Not --dist loadgroup: with pytest 9.2, xdist 3.8's
-# loadgroup no longer groups (it renames item._nodeid, which nodeid no longer reads).)
+# How `make test` spreads the suite over its 2 workers (`-n 2 --dist loadfile
+# --no-loadscope-reorder`): a unit of work is one test module (its module fixtures,
+# compiled programs and JAX flags stay in one process), and the modules are handed out
+# heaviest first, by WEIGHTS (wall seconds of one worker, from scripts/suite_cpu.py's
+# run of the whole suite on the 2-core box, 2026-12-04; BENCHMARKS.md, issue 23): a
+# heavy module dealt last is the run's tail. Without --no-loadscope-reorder xdist deals
+# the modules by their number of tests instead (the one-test examples and the command
+# matrix last), whatever order this hook gives (tests/test_suite_order.py). Only an
+# order: no verdict depends on it; a module not listed weighs 0 and keeps its
+# collection order after the listed ones. (Not --dist loadgroup: with pytest 9.2,
+# xdist 3.8's loadgroup no longer groups (it renames item._nodeid, which nodeid no
+# longer reads).)
 WEIGHTS = {
-    "tests/obscura_jax/test_command_matrix_llama.py": 418,
-    "tests/obscura_jax/test_cross_process.py": 310,
-    "tests/obscura_jax/test_command_matrix_gpt.py": 190,
-    "tests/obscura_jax/test_watchdog.py": 129,
-    "tests/examples/test_custom_model.py": 129,
-    "tests/planner/test_profiler.py": 86,
-    "tests/examples/test_custom_model_cli.py": 74,
-    "tests/obscura_jax/test_numerics_llama.py": 69,
-    "tests/obscura_jax/commands/test_compare_sigint.py": 67,
-    "tests/examples/test_policy_experiment.py": 67,
-    "tests/obscura_jax/commands/test_compare.py": 64,
-    "tests/examples/test_custom_schedule.py": 64,
-    "tests/obscura_jax/test_numerics_gpt.py": 63,
-    "tests/obscura_jax/test_plan_run.py": 62,
-    "tests/scripts/test_bench_multi_gpu.py": 54,
-    "tests/examples/test_profile_plan_train.py": 52,
-    "tests/obscura_jax/test_checkpoint_dir.py": 50,
-    "tests/obscura_jax/test_backward_split.py": 49,
-    "tests/scripts/test_h200_profile_session.py": 44,
-    "tests/obscura_jax/commands/test_train.py": 42,
-    "tests/models/test_policy_grads.py": 41,
-    "tests/scripts/test_paper_figures.py": 30,
-    "tests/docs/test_docs.py": 30,
-    "tests/planner/test_families.py": 29,
-    "tests/obscura_jax/test_api.py": 27,
-    "tests/obscura_jax/test_interrupt.py": 22,
-    "tests/obscura_jax/test_launch.py": 21,
-    "tests/obscura_jax/test_devices.py": 19,
-    "tests/scripts/test_fig_zoo.py": 16,
-    "tests/obscura_jax/test_measure.py": 13,
-    "tests/schedules/test_properties.py": 13,
-    "tests/planner/test_analytic.py": 13,
-    "tests/planner/layouts/test_measured.py": 12,
-    "tests/models/test_registry.py": 12,
-    "tests/scripts/test_busy_load.py": 11,
-    "tests/obscura_jax/test_trainer.py": 11,
+    "tests/obscura_jax/test_command_matrix_llama.py": 72,
+    "tests/obscura_jax/test_cross_process.py": 70,
+    "tests/obscura_jax/test_command_matrix_gpt.py": 69,
+    "tests/obscura_jax/test_watchdog.py": 68,
+    "tests/obscura_jax/test_stage_mesh.py": 58,
+    "tests/obscura_jax/test_stage_mesh_processes.py": 44,
+    "tests/planner/test_mesh_plan_measured.py": 33,
+    "tests/obscura_jax/test_numerics_llama.py": 29,
+    "tests/obscura_jax/test_numerics_gpt.py": 29,
+    "tests/obscura_jax/test_checkpoint_dir.py": 27,
+    "tests/scripts/test_paper_figures.py": 27,
+    "tests/obscura_jax/commands/test_train.py": 27,
+    "tests/examples/test_parallel_block.py": 27,
+    "tests/planner/test_profiler.py": 26,
+    "tests/obscura_jax/commands/test_compare.py": 25,
+    "tests/obscura_jax/test_interrupt.py": 23,
+    "tests/examples/test_custom_model.py": 21,
+    "tests/schedules/test_properties.py": 18,
+    "tests/examples/test_moe.py": 17,
+    "tests/obscura_jax/commands/test_compare_sigint.py": 16,
+    "tests/models/test_policy_grads.py": 16,
+    "tests/obscura_jax/test_launch.py": 15,
+    "tests/docs/test_docs.py": 14,
+    "tests/examples/test_profile_plan_train.py": 14,
+    "tests/obscura_jax/test_backward_split.py": 13,
+    "tests/scripts/test_bench_multi_gpu.py": 13,
+    "tests/obscura_jax/test_plan_run.py": 13,
+    "tests/obscura_jax/test_reference.py": 10,
+    "tests/examples/test_custom_schedule.py": 10,
+    "tests/examples/test_policy_experiment.py": 9,
+    "tests/examples/test_custom_model_cli.py": 9,
+    "tests/planner/layouts/test_sweep.py": 9,
+    "tests/planner/test_families.py": 8,
+    "tests/obscura_jax/test_trainer.py": 7,
+    "tests/models/test_registry.py": 6,
+    "tests/planner/layouts/test_measured.py": 6,
+    "tests/obscura_jax/commands/test_plan.py": 6,
+    "tests/models/test_info.py": 6,
+    "tests/schedules/test_grid.py": 6,
+    "tests/models/test_aux_loss.py": 5,
 }
 ROOT = Path(__file__).resolve().parent.parent
 
