@@ -21,6 +21,10 @@ the model to process 0 or per-process directories were rejected (details there).
 """
 from __future__ import annotations
 
+import gc
+import logging
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +63,61 @@ def skip_damaged(ckpt, step: int, previous: int | None, error: BaseException) ->
     then = f"using step {previous}" if previous is not None else "no older step: starting from scratch"
     warn(f"checkpoint step {step} in {ckpt.directory} is damaged ({type(error).__name__}"
          f"{': ' + text[0][:120] if text else ''}); {then}")
+
+
+def orbax_restore(manager, step: int, args):
+    """`manager.restore(step, args=args)`. A restore that fails part-way (a damaged
+    step) leaves Orbax's other per-array reads behind, and each reports itself: reads
+    still in flight on TensorStore's threads post to Orbax's closed event loop
+    ("RuntimeError: Event loop is closed", through sys.excepthook), their futures'
+    errors go to the asyncio logger, their coroutines print when collected or warn
+    that they were never awaited: 6,612 lines on stderr after the one warning line, for
+    one damaged llama2-tiny step. Those reports are dropped from the first restore on
+    (_drop_restore_leftovers), and the error is raised without Orbax's frames: the
+    caller reports the failure in one line (skip_damaged)."""
+    _drop_restore_leftovers()
+    try:
+        return manager.restore(step, args=args)
+    except Exception as e:  # noqa: BLE001  re-raised below, without Orbax's frames
+        error = e.with_traceback(None)
+    error.__cause__ = error.__context__ = None
+    gc.collect()     # the coroutines the traceback held, collected now, silently
+    raise error
+
+
+_READ = "_read_array_index_and_device_put"     # Orbax's per-array read coroutine
+
+
+def _restore_leftover(exc, obj=None) -> bool:
+    return (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed") or (
+        getattr(obj, "__qualname__", "") == _READ)
+
+
+class _NoUnretrievedFutures(logging.Filter):
+    def filter(self, record) -> bool:
+        return "exception was never retrieved" not in record.getMessage()    # a Future's, Task's, gather's
+
+
+def _drop_restore_leftovers() -> None:
+    """Wrap sys.excepthook and sys.unraisablehook to drop a failed restore's leftovers
+    (_restore_leftover) and pass everything else on; the asyncio logger's unretrieved
+    future errors and the never-awaited warning of Orbax's read are dropped too. Once
+    a process."""
+    if getattr(sys.excepthook, "drops_restore_leftovers", False):
+        return
+    excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
+
+    def on_exception(kind, value, tb):
+        if not _restore_leftover(value):
+            excepthook(kind, value, tb)
+
+    def on_unraisable(u):
+        if not _restore_leftover(u.exc_value, u.object):
+            unraisablehook(u)
+    on_exception.drops_restore_leftovers = True
+    sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
+    logging.getLogger("asyncio").addFilter(_NoUnretrievedFutures())
+    warnings.filterwarnings("ignore", message=f"coroutine '{_READ}' was never awaited")
 
 
 def check_identity(directory, saved: dict, identity: dict) -> None:
@@ -128,7 +187,7 @@ class PipelineCheckpointer:
         ocp = self._ocp
         abstract = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), like_state)
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+        restored = orbax_restore(self.manager, step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
         return jax.tree.unflatten(jax.tree.structure(like_state), jax.tree.leaves(restored["state"]))
 
     def save(self, step: int, state: Any, identity: dict, extra: dict | None = None) -> None:

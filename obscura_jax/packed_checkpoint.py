@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from obscura_jax.checkpoint import _jsonable, _quiet_absl, newest_readable
+from obscura_jax.checkpoint import _jsonable, _quiet_absl, newest_readable, orbax_restore
 from obscura_jax.errors import RunError
 
 
@@ -163,7 +163,7 @@ class PackedCheckpointer:
         meta = self._meta(step)
         abstract = {"packed": jax.ShapeDtypeStruct((len(self._devices), meta["row_bytes"]), np.uint8,
                                                    sharding=self._sharding)}
-        packed = self.manager.restore(step, args=ocp.args.Composite(
+        packed = orbax_restore(self.manager, step, ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract)))["state"]["packed"]
         rows = {shard.index[0].start: shard.data for shard in packed.addressable_shards}
         out: list = [None] * len(like_state)

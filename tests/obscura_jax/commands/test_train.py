@@ -3,6 +3,8 @@ checkpoint/resume, and bad input (one line, exit 2, nothing overwritten). All ru
 share one small shape so the compiled stage programs are reused."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -272,17 +274,34 @@ def test_resume_checks_dtypes_and_skips_a_damaged_newest_checkpoint(tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "compute_dtype 'float32', this run has 'bfloat16'" in err
     # damage the newest step's arrays: one warning line, the step before is used
-    for root, _, files in os.walk(ck / "2" / "state"):
-        for f in files:
-            if "ocdbt" in root and os.sep + "d" in root:
-                with open(os.path.join(root, f), "wb") as fh:
-                    fh.write(b"\0" * 64)
+    damage_arrays(ck / "2")
     assert train("--steps", "3", "--checkpoint-dir", str(ck), "--resume", "--json", str(tmp_path / "r.json")) == 0
     cap = capsys.readouterr()
     assert cap.err.count("\n") == 1 and "checkpoint step 2" in cap.err and "using step 1" in cap.err, cap.err
     assert json.loads((tmp_path / "r.json").read_text())["start_step"] == 1
     lines = (ck / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def damage_arrays(step_dir) -> None:
+    for root, _, files in os.walk(step_dir / "state"):
+        for f in files:
+            if "ocdbt" in root and os.sep + "d" in root:
+                with open(os.path.join(root, f), "wb") as fh:
+                    fh.write(b"\0" * 64)
+
+
+def test_a_resume_past_a_damaged_step_prints_one_line_in_its_own_process(tmp_path):
+    """The CLI process to its exit: Orbax's other reads of the damaged step, still in
+    flight when its restore failed, print nothing (they printed 6,612 lines)."""
+    ck = tmp_path / "ck"
+    assert train("--steps", "2", "--checkpoint-every", "1", "--checkpoint-dir", str(ck)) == 0
+    damage_arrays(ck / "2")
+    done = subprocess.run([sys.executable, "-m", "obscura_jax", *BASE, "--steps", "3", "--checkpoint-dir", str(ck),
+                           "--resume"], capture_output=True, text=True, timeout=300)
+    err = done.stderr
+    assert done.returncode == 0 and err.count("\n") == 1, err[-3000:]
+    assert "checkpoint step 2" in err and "using step 1" in err, err
 
 
 def test_a_checkpoint_resumes_only_on_its_layout(tmp_path, capsys):
