@@ -20,6 +20,7 @@ from planner.layouts.mesh_costs import MeshLayout
 from planner.mesh_plan import plan_mesh
 from planner.profile import load_profile
 from planner.search import Setting
+from tests.planner.profile_times import fixed_times_file
 
 ADAM_STEP_COUNT = 4     # bytes: an int32 per optimizer state
 
@@ -28,14 +29,15 @@ ADAM_STEP_COUNT = 4     # bytes: an int32 per optimizer state
 def measured(tmp_path_factory):
     path = tmp_path_factory.mktemp("mesh_e2e") / "gpt3-tiny.json"
     assert main(["profile", "--model", "gpt3-tiny", "--seq-len", "64", "--micro-batch", "2", "--reps", "1",
-                 "--json", str(path)]) == 0          # bytes are what is checked; any times do
-    return path
+                 "--json", str(path)]) == 0
+    # bytes are what is checked; the times are fixed (tests/planner/profile_times.py)
+    return fixed_times_file(path, path.with_name("gpt3-tiny-fixed-times.json"))[0]
 
 
 def only_adjusted_fit(path, stages: int, m: int, layout: MeshLayout) -> int:
     """A per-device limit between Obscura's memory floor and the least any 1F1B,
     baseline or other family needs on this stage mesh (as test_profiler does on one
-    device): whatever the CPU's times rank fastest, the plan adjusts stages."""
+    device), on the profile's fixed times: the plan adjusts stages."""
     mesh = plan_mesh(load_profile(path), layout)
     prof = mesh.profile
     even = tuple(models.even_partition(prof.num_units, stages))

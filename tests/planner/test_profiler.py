@@ -18,6 +18,7 @@ from planner.identify import stage_peak_1f1b
 from planner.errors import ProfileError
 from planner.plan import load_plan, plan_to_schedule
 from planner.profile import load_profile
+from tests.planner.profile_times import fixed_times_file
 from planner.profiler import profile_model
 from planner.residuals import exact_unit_kept, marginal_op_bytes
 from planner.search import Setting
@@ -70,6 +71,13 @@ def measured(tmp_path_factory):
     return path, load_profile(path)
 
 
+@pytest.fixture(scope="module")
+def fixed(measured, tmp_path_factory):
+    """The measured profile with fixed times (tests/planner/profile_times.py): the
+    plans below are made from its bytes, whatever the load did to its times."""
+    return fixed_times_file(measured[0], tmp_path_factory.mktemp("fixed") / "tiny.json")
+
+
 @pytest.mark.slow
 def test_profile_bytes_are_the_engines(measured):
     _, prof = measured
@@ -104,7 +112,8 @@ def test_profile_bytes_are_the_engines(measured):
 def limit_only_adjusted_stages_fit(prof) -> int:
     """A limit between the memory floor (adjusted stages recomputing whole units and
     swapping) and the least any baseline or other family needs: only a plan with
-    adjusted stages fits, whatever the CPU's (noisy) measured times rank fastest."""
+    adjusted stages fits (on the profile's fixed times: measured ones of 0 let a
+    baseline reach the floor on a busy box)."""
     even = tuple(models.even_partition(prof.num_units, P))
     free = Setting(prof, M, float("inf"))
     need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
@@ -123,9 +132,9 @@ def without_scratch(prof):
 
 
 @pytest.mark.slow
-def test_profile_then_plan_with_adjusted_stages(measured, tmp_path, capsys):
+def test_profile_then_plan_with_adjusted_stages(fixed, tmp_path, capsys):
     from planner.profile import save_profile
-    _, prof = measured
+    _, prof = fixed
     prof = without_scratch(prof)      # identification alone (the scratch is a fixed term per stage)
     path = tmp_path / "profile.json"
     save_profile(prof, path)
@@ -145,14 +154,14 @@ def test_profile_then_plan_with_adjusted_stages(measured, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_profile_plan_train_stays_under_the_limit(measured, tmp_path, capsys):
+def test_profile_plan_train_stays_under_the_limit(fixed, tmp_path, capsys):
     """The last leg: `obscura train --plan` runs the plan; its per-stage peak in the
     CPU accounting (weights + live activations + XLA scratch) stays under the limit
     with no --reserve: the profile records each unit's XLA scratch and the plan
     counts it, so its prediction is never below what the engine counts."""
     import json
     from planner.costs import stage_scratch
-    path, prof = measured
+    path, prof = fixed
     assert all(u.scratch_bytes > 0 for _, u in prof.units)      # recorded per unit program
     # the limit a plan held at before only with `--reserve <the stages' scratch>`
     reserve = max(stage_scratch(prof, r) for r in models.even_partition(prof.num_units, P))
