@@ -21,7 +21,6 @@ the model to process 0 or per-process directories were rejected (details there).
 """
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 import warnings
@@ -73,16 +72,9 @@ def orbax_restore(manager, step: int, args):
     errors go to the asyncio logger, their coroutines print when collected or warn
     that they were never awaited: 6,612 lines on stderr after the one warning line, for
     one damaged llama2-tiny step. Those reports are dropped from the first restore on
-    (_drop_restore_leftovers), and the error is raised without Orbax's frames: the
-    caller reports the failure in one line (skip_damaged)."""
+    (_drop_restore_leftovers): the caller reports the failure in one line (skip_damaged)."""
     _drop_restore_leftovers()
-    try:
-        return manager.restore(step, args=args)
-    except Exception as e:  # noqa: BLE001  re-raised below, without Orbax's frames
-        error = e.with_traceback(None)
-    error.__cause__ = error.__context__ = None
-    gc.collect()     # the coroutines the traceback held, collected now, silently
-    raise error
+    return manager.restore(step, args=args)
 
 
 _READ = "_read_array_index_and_device_put"     # Orbax's per-array read coroutine

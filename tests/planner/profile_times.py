@@ -25,12 +25,12 @@ def with_fixed_times(prof: Profile) -> Profile:
     for kind, u in prof.units:
         ops = tuple((n, OpProfile(OP_TIME + BYTE_TIME * o.act_bytes, o.act_bytes)) for n, o in u.ops)
         fwd = OP_TIME + sum(o.fwd_time for _, o in ops)
-        half = None if u.input_grad_time is None else fwd
+        measured_or_none = lambda value: None if value is None else fwd  # noqa: E731
         units.append((kind, replace(u, fwd_time=fwd, bwd_time=2 * fwd, ops=ops,
-                                    full_recompute_time=None if u.full_recompute_time is None else fwd,
-                                    input_grad_time=half, weight_grad_time=None if u.weight_grad_time is None
-                                    else fwd)))
-    fwd_of = dict((k, u.fwd_time) for k, u in units)
+                                    full_recompute_time=measured_or_none(u.full_recompute_time),
+                                    input_grad_time=measured_or_none(u.input_grad_time),
+                                    weight_grad_time=measured_or_none(u.weight_grad_time))))
+    fwd_of = {k: u.fwd_time for k, u in units}
     layer = None if prof.layer_recompute_time is None else fwd_of.get("attn", 0.0) + fwd_of.get("mlp", 0.0)
     return replace(prof, units=tuple(units), host_bandwidth=BANDWIDTH, p2p_bandwidth=BANDWIDTH,
                    p2p_latency=LATENCY, layer_recompute_time=layer)
