@@ -4,8 +4,9 @@ is an interrupt too, with the same line and exit code (130) as one during a comm
 import os
 import sys
 
-from obscura_jax import interrupt
+from obscura_jax import gc_policy, interrupt
 
+gc_policy.for_batch_process()             # before the imports: they allocate too
 interrupt.install()
 interrupt.note_train_argv(sys.argv[1:])   # a train's Ctrl-C line names its last checkpoint
 

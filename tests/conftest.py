@@ -66,6 +66,12 @@ _share_compiled_programs()
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+from obscura_jax import gc_policy  # noqa: E402
+
+# Each pytest process traces and compiles like an `obscura` command, and the
+# collector's default thresholds cost it ~7% of its CPU (obscura_jax.gc_policy).
+gc_policy.for_batch_process()
+
 # Hypothesis profiles: "quick" for make test (the default), "thorough" for make
 # test-long (HYPOTHESIS_PROFILE=thorough, or pytest's --hypothesis-profile thorough).
 # A test's own max_examples is its quick count; tests/budget.py's examples(n) scales

@@ -11,6 +11,7 @@ import os
 import pickle
 import sys
 
+from obscura_jax import gc_policy
 from obscura_jax.distributed import gather_params, run_distributed
 from obscura_jax.launch import process_spec
 from obscura_jax.placement import place_across_processes
@@ -40,6 +41,7 @@ def body(group, out: str, cases, measured: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    gc_policy.for_batch_process()     # as `obscura` does
     out, per_process = argv[0], int(argv[1])
     cases = [("llama2-tiny", n, k) for n, k in CASES] + (MP_ZOO_CASES if argv[2:] == ["zoo"] else [])
     spec = process_spec(None, None, None, devices="cpu", devices_per_process=per_process)
