@@ -13,9 +13,19 @@ worker, and devices keep running concurrently.
 
 Residuals stay with the worker of their stage; the loss stage's dy is 1/m, so the
 accumulated grads are those of the mean loss over the m micro-batches.
+
+A worker runs at most MAX_AHEAD actions ahead of the oldest one still computing.
+XLA's CPU client lets 32 programs wait per device, and a 33rd dispatch blocks one
+of its pool threads on that device's queue. Programs on a stage mesh of several
+devices run their collectives one program at a time, on the same pool. So
+workers that dispatch far ahead fill the pool with blocked dispatches, and the
+running collective's other half never gets a thread: XLA aborts the process
+after 40 s ("Termination timeout for `all reduce ...`"). This was seen on the
+2-core box under load, where execution lags behind dispatch.
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +35,7 @@ from obscura_jax.transport import StepAborted
 from schedules.ir import Action, Kind
 
 KINDS = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.SO, Kind.SI)
+MAX_AHEAD = 16      # actions in flight per worker: below XLA CPU's 32 programs per device
 
 
 @dataclass
@@ -58,10 +69,14 @@ class StageWorker:
     def run(self) -> None:
         clock = time.perf_counter
         recorder = self.ctx.recorder
+        in_flight: collections.deque = collections.deque()
         for action in self.row:
+            if len(in_flight) >= MAX_AHEAD:
+                _wait_ready(in_flight.popleft())
             t0 = clock()
             produced = self.issue(action)
             self.dispatch[action.kind.value].append(clock() - t0)
+            in_flight.append(produced)
             if recorder is not None:
                 recorder.issued(action, produced, t0)
 
@@ -161,6 +176,18 @@ class StageWorker:
         res = ctx.swap.swap_in(res, ctx.programs[a.stage].device)
         self.residuals[key] = res
         return tuple(res.leaves[i] for i in slots)
+
+
+def _wait_ready(arrays: tuple) -> None:
+    """Until an action's outputs are computed. An output a later program took as a
+    donated input is gone: that program waits for it, and the window for that one."""
+    for a in arrays:
+        try:
+            if not a.is_deleted():
+                a.block_until_ready()
+        except RuntimeError:    # jax's error for a buffer donated meanwhile (another thread's program)
+            if not a.is_deleted():
+                raise
 
 
 def run_threads(bodies: list, on_error, grace: float = 10.0) -> BaseException | None:
