@@ -116,22 +116,20 @@ class Pipeline:
 
     def init_state(self, seed: int) -> list[StageState | None]:
         """Each local stage's units (equal to slicing the whole model's) are made one
-        at a time on this process's first stage device and moved to their stage's
-        device at once, so no device ever holds more than its own stage and one
+        at a time on this process's default device and placed by their stage's
+        shardings at once, so no device ever holds more than its own stage and one
         unit. One device, not each stage's own: a jitted init is traced, lowered
         and loaded again for every device it runs on (~0.3 CPU-s each for
-        llama2-tiny's three unit kinds), and the values are the same on any device."""
+        llama2-tiny's three unit kinds), and the values are the same on any device.
+        The default device is the one the reference model (obscura_jax.checks)
+        initialises on too."""
         params: list = [None] * len(self.programs)
-        if not self.local_stages:
-            return self.executor.init_state(params)
-        leads = {s: next(d for d in self.placement.mesh(s).devices if self.group.owns(d)) for s in self.local_stages}
-        with jax.default_device(leads[self.local_stages[0]]):
-            for s in self.local_stages:
-                start, end = self.partition[s]
-                params[s] = {}
-                for i in range(start, end):      # placed by the stage's shardings next
-                    unit = models.init_params(self.cfg, seed, unit_range=(i, i + 1))
-                    params[s].update(jax.device_put(unit, leads[s]))
+        for s in self.local_stages:
+            shardings, (start, end) = self.programs[s].param_shardings, self.partition[s]
+            params[s] = {}
+            for i in range(start, end):
+                unit = models.init_params(self.cfg, seed, unit_range=(i, i + 1))
+                params[s].update(jax.device_put(unit, {name: shardings[name] for name in unit}))
         return self.executor.init_state(params)
 
     def stage_row(self, s: int) -> dict:
