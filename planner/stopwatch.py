@@ -15,9 +15,16 @@ the samples see its steady state: a GPU at its power cap runs slower than the
 boost clock a short blocking burst gets (measured on the H200: ~1500 vs ~1970 MHz,
 about 10% per program; results/h200/power_cap). Only the newest result of
 back-to-back calls is kept alive, so memory stays bounded by the device's queue.
+
+The garbage collector is off while the samples run, as in `timeit`: a collection
+inside a sample of a launch-bound program (tens of microseconds) would be most of
+it, and a process with raised thresholds (obscura_jax.gc_policy) collects rarely
+but longer.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import statistics
 import time
@@ -52,14 +59,27 @@ def sample_times(fn: Callable[[], object], samples: int, *, calls: int = 1, warm
         one = max(time.perf_counter() - t0, 1e-6)
         calls = max(1, min(max_calls, math.ceil(min_sample_seconds / one)))
     times = []
-    for _ in range(max(samples, 1)):
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(calls):
-            out = fn()
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - t0) / calls)
+    with collector_off():
+        for _ in range(max(samples, 1)):
+            t0 = time.perf_counter()
+            out = None
+            for _ in range(calls):
+                out = fn()
+            jax.block_until_ready(out)
+            times.append((time.perf_counter() - t0) / calls)
     return times
+
+
+@contextlib.contextmanager
+def collector_off():
+    """The cyclic garbage collector off for the block, back as it was after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def sustain(fn: Callable[[], object], seconds: float, *, wait_every: int = 8) -> int:

@@ -94,7 +94,7 @@ print("split ok")
 def test_profiler_fields_are_sane_on_the_gpu(tmp_path):
     out = tmp_path / "profile.json"
     _obscura(["profile", "--model", "llama2-tiny", "--seq-len", "64", "--micro-batch", "2",
-              "--reps", "2", "--json", str(out)])
+              "--reps", "3", "--json", str(out)])     # the median of 3 drops one slowed sample
     prof = json.loads(out.read_text())
     assert "H200" in prof["device"] or "gpu" in prof["device"].lower() or "NVIDIA" in prof["device"]
     for kind, unit in prof["units"].items():

@@ -53,3 +53,20 @@ def test_sustain_runs_untimed_back_to_back_calls_first():
     calls.clear()
     median_time(lambda: calls.append(jnp.ones(2)) or calls[-1], 2, warmup=0, sustain_seconds=0.02)
     assert len(calls) > 2          # the sustained calls came before the 2 timed ones
+
+
+def test_the_collector_is_off_in_the_samples_only():
+    """As timeit does: no collection can land inside a sample; the collector is back
+    as it was afterwards (and stays off if it was off)."""
+    import gc
+
+    seen = []
+    assert gc.isenabled()
+    median_time(lambda: seen.append(gc.isenabled()), 2, calls=2, warmup=1)
+    assert seen == [True, False, False, False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        median_time(lambda: None, 1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
