@@ -5,7 +5,7 @@ seconds) and prints the heaviest tests and modules.
     python scripts/suite_cpu.py [--top 25] [--report cpu.jsonl] [-- PYTEST_ARGS ...]
     python scripts/suite_cpu.py --read cpu.jsonl          only print an earlier report
 
-PYTEST_ARGS default to `make test`'s: -q -n 2 --dist loadfile --no-loadscope-reorder.
+PYTEST_ARGS default to `make test`'s: -q and the Makefile's XDIST flags.
 Prints the run's wall time and its CPU seconds (user + system of pytest and everything
 it waited for), then the --top tests and modules by CPU seconds. CPU seconds hold whatever ran
 beside the run (wall seconds do not): on 2 cores, 8 minutes of wall time need about
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PYTEST = ["-q", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+DEFAULT_PYTEST = ["-q", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder"]   # -q + Makefile XDIST
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -101,7 +101,7 @@ def _has_gpu() -> bool:
 GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every test there is marked gpu
 
 
-# How `make test` spreads the suite over its 2 workers (`-n 2 --dist loadfile
+# How `make test` spreads the suite over its 3 workers (`-n 3 --dist loadfile
 # --no-loadscope-reorder`): a unit of work is one test module (its module fixtures,
 # compiled programs and JAX flags stay in one process), and the modules are handed out
 # heaviest first, by WEIGHTS (wall seconds of one worker, from scripts/suite_cpu.py's

@@ -98,3 +98,11 @@ def test_bad_options_get_one_line_and_exit_2(tmp_path, args, says):
     assert out.returncode == 2
     assert says in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_defaults_to_make_tests_flags():
+    """With no PYTEST_ARGS the script measures the suite as `make test` runs it."""
+    import suite_cpu
+
+    from tests.test_suite_order import make_xdist_flags
+    assert suite_cpu.DEFAULT_PYTEST == ["-q", *make_xdist_flags()]
