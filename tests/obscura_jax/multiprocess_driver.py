@@ -22,11 +22,13 @@ from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 def body(group, out: str, cases, measured: int) -> int:
     """Cases from index `measured` on take `obscura train`'s default path: measured
-    costs, the measured timeline and the summary built from them."""
+    costs, the measured timeline and the summary built from them (one timed sample
+    a program, as the command matrix's `--cost-reps 1`: the same path, a third of
+    the timed runs)."""
     offsets = group.gather("clock-offsets", group.clock_offset)
     errors = group.gather("clock-offset-errors", group.clock_offset_error)
     for i, (model, schedule, kw) in enumerate(cases):
-        outcome = train(run_config(model, schedule, measured=i >= measured, **kw),
+        outcome = train(run_config(model, schedule, measured=i >= measured, cost_reps=1, **kw),
                         lambda p: place_across_processes(p, "cpu"), log=lambda *_: None, group=group)
         if i >= measured:
             summarize(outcome)
