@@ -17,6 +17,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -25,7 +26,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PYTEST = ["-q", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder"]   # -q + Makefile XDIST
+
+
+def make_test_args() -> list[str]:
+    """`make test`'s pytest arguments: -q and the Makefile's XDIST line (one source)."""
+    match = re.search(r"^XDIST\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    if not match:
+        print("suite_cpu.py: the Makefile has no XDIST line", file=sys.stderr)
+        raise SystemExit(2)
+    return ["-q", *match.group(1).split()]
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -78,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     path = args.report or Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "cpu.jsonl"
-    rc, wall, cpu = run_suite(pytest_args or DEFAULT_PYTEST, path)
+    rc, wall, cpu = run_suite(pytest_args or make_test_args(), path)
     print(f"\npytest exit {rc}: {wall:.0f} s wall, {cpu:.0f} CPU-s (user + system, with every child); "
           f"report {path}\n")
     print(report(read_rows(path), args.top))

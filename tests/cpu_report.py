@@ -4,7 +4,7 @@ seconds (user + system) of its own process and of the child processes it waited 
 together, and its wall seconds. Wall time says which test is the run's tail; CPU
 time says what a test costs the 2 cores whatever ran beside it.
 
-    OBSCURA_CPU_REPORT=cpu.jsonl pytest -p tests.cpu_report -n 3 --dist loadfile --no-loadscope-reorder
+    OBSCURA_CPU_REPORT=cpu.jsonl pytest -p tests.cpu_report -q XDIST   (the Makefile's XDIST flags)
 
 Each process (every xdist worker) appends one JSON line per test to the file:
 {"test", "module", "self_s", "children_s", "wall_s", "worker"}.

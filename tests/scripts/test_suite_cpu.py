@@ -105,4 +105,4 @@ def test_defaults_to_make_tests_flags():
     import suite_cpu
 
     from tests.test_suite_order import make_xdist_flags
-    assert suite_cpu.DEFAULT_PYTEST == ["-q", *make_xdist_flags()]
+    assert suite_cpu.make_test_args() == ["-q", *make_xdist_flags()]
