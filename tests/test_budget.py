@@ -1,14 +1,12 @@
 """tests/budget.py and the hypothesis profiles tests/conftest.py registers: make test
 draws each property test's own count (quick), make test-long ten times it (thorough)."""
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from tests import conftest
 from tests.budget import QUICK_MAX_EXAMPLES, examples
-
-MAKEFILE = Path(__file__).resolve().parents[1] / "Makefile"
 
 
 @pytest.fixture
@@ -27,8 +25,12 @@ def test_examples_scale_with_the_loaded_profile(profile, name, scale):
     assert settings().deadline is None      # a busy machine is not a bug
 
 
+def _recipe(target: str) -> str:
+    """The Makefile's command lines for `target`."""
+    text = (conftest.ROOT / "Makefile").read_text()
+    return re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+
+
 def test_make_test_long_loads_the_thorough_profile_and_make_test_the_default():
-    text = MAKEFILE.read_text()
-    recipe = lambda target: re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, re.M).group(1)  # noqa: E731
-    assert "HYPOTHESIS_PROFILE=thorough" in recipe("test-long")
-    assert "HYPOTHESIS_PROFILE" not in recipe("test")
+    assert "HYPOTHESIS_PROFILE=thorough" in _recipe("test-long")
+    assert "HYPOTHESIS_PROFILE" not in _recipe("test")
