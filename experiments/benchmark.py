@@ -84,10 +84,10 @@ def cpu_bench(out: Path, steps: int, seq_len: int, micro_batch_size: int, microb
 def _cpu_run_here(kw: dict, steps: int, seq_len: int, micro_batch_size: int, microbatches: int,
                   devices: int, log) -> dict:
     request_host_devices(devices)
-    from obscura_jax.placement import place_stages  # lazy (these four): JAX starts after the request
-    from obscura_jax.run_config import RunConfig
-    from obscura_jax.summary import summarize
-    from obscura_jax.trainer import train
+    from obscura_jax.runtime.placement import place_stages  # lazy (these four): JAX starts after the request
+    from obscura_jax.run.run_config import RunConfig
+    from obscura_jax.observe.summary import summarize
+    from obscura_jax.run.trainer import train
 
     run = RunConfig(model="llama2-tiny", stages=4, microbatches=microbatches, steps=steps,
                     micro_batch_size=micro_batch_size, seq_len=seq_len, data="synthetic",

@@ -22,7 +22,7 @@ from flax import nnx
 
 import models
 from models.units import unit_graphdef
-from obscura_jax.measure import CostTiming
+from obscura_jax.observe.measure import CostTiming
 
 
 def _model_fn(cfg, num_layers: int, variant: str):

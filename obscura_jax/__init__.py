@@ -27,7 +27,7 @@ from models import lazy_attributes
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "cpu_devices": "obscura_jax.devices", "RunConfig": "obscura_jax.run_config",
+    "cpu_devices": "obscura_jax.devices", "RunConfig": "obscura_jax.run.run_config",
     "train": "obscura_jax.api", "TrainResult": "obscura_jax.api", "make_pipeline": "obscura_jax.api",
     "summarize": "obscura_jax.api", "placement_for": "obscura_jax.api",
     "measure_stage": "obscura_jax.api", "profile_model": "obscura_jax.api",

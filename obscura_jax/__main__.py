@@ -1,11 +1,12 @@
 """`python -m obscura_jax` and the `obscura` script. Ctrl-C is handled from the first
-line on (obscura_jax.interrupt), before the command line's imports: an import cut short
+line on (obscura_jax.cli.interrupt), before the command line's imports: an import cut short
 is an interrupt too, with the same line and exit code (130) as one during a command."""
 import os
 import sys
 
-from obscura_jax import gc_policy, interrupt
+from obscura_jax.cli import gc_policy
 
+from obscura_jax.cli import interrupt
 gc_policy.for_batch_process()             # before the imports: they allocate too
 interrupt.install()
 interrupt.note_train_argv(sys.argv[1:])   # a train's Ctrl-C line names its last checkpoint
@@ -21,7 +22,7 @@ def _interrupted() -> None:
 def main() -> None:
     try:
         interrupt.announce_ready()    # only with OBSCURA_TEST_READY_FD (tests): from here on, 130 and one line
-        from obscura_jax.cli import entry  # lazy: after the handler and inside this try (see above)
+        from obscura_jax.cli.main import entry  # lazy: after the handler and inside this try (see above)
         entry()
     except KeyboardInterrupt:
         _interrupted()

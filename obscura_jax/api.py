@@ -6,7 +6,7 @@ schedule, without the command line.
     result = obscura_jax.train(obscura_jax.RunConfig(schedule="obscura", adjusted=1, steps=2))
     result.losses, result.summary["iteration_time"], result.timeline
 
-`train` runs what `obscura train` runs (obscura_jax.trainer) and returns a
+`train` runs what `obscura train` runs (obscura_jax.run.trainer) and returns a
 TrainResult; `make_pipeline` derives what the engine needs (issue order, partition,
 batch shape) from the schedule and the model and returns the engine's Pipeline.
 `summarize` is the one JSON-ready summary of a run, for the CLI and for scripts.
@@ -22,18 +22,20 @@ import jax.numpy as jnp
 
 import models
 import schedules
-from obscura_jax import summary, trace_run, trainer
-from obscura_jax.checks import check_against_reference
-from obscura_jax.data import BatchShape
+from obscura_jax.observe import summary
+from obscura_jax.observe import trace as trace_run
+from obscura_jax.run import trainer
+from obscura_jax.run.checks import check_against_reference
+from obscura_jax.run.data import BatchShape
 from obscura_jax.devices import parse_devices
-from obscura_jax.engine import Pipeline, build_pipeline, build_program
-from obscura_jax.executor import make_optimizer
-from obscura_jax.measure import CostTiming, StageTiming, time_stage, time_unit_program
-from obscura_jax.placement import Placement, place_stages
-from obscura_jax.report import train_report
-from obscura_jax.run_config import RunConfig
-from obscura_jax.summary import measured_with_recompute
-from planner import profiler
+from obscura_jax.runtime.pipeline import Pipeline, build_pipeline, build_program
+from obscura_jax.runtime.executor import make_optimizer
+from obscura_jax.observe.measure import CostTiming, StageTiming, time_stage, time_unit_program
+from obscura_jax.runtime.placement import Placement, place_stages
+from obscura_jax.observe.report import train_report
+from obscura_jax.run.run_config import RunConfig
+from obscura_jax.observe.summary import measured_with_recompute
+from obscura_jax.profiling import profiler
 from schedules.timeline import Timeline
 
 
@@ -68,7 +70,7 @@ class TrainResult:
                           title=title or f"{self.summary['schedule']} measured ({self.summary['model']})")
 
     def trace(self) -> dict | None:
-        """The measured step as trace-event JSON (obscura_jax.trace_run): a track per
+        """The measured step as trace-event JSON (obscura_jax.observe.trace): a track per
         stage, swap and transfer tracks, recompute inside each backward; it spans the
         measured iteration time. None when nothing was recorded."""
         return trace_run.measured_trace(self.outcome)
@@ -112,8 +114,8 @@ def placement_for(devices=None):
 
 
 def summarize(outcome: trainer.TrainOutcome) -> dict:
-    """The run's JSON-ready summary (obscura_jax.summary.summarize) with what the run config
-    adds: each stage's `adjusted` in the plan's sense (obscura_jax.run_config.
+    """The run's JSON-ready summary (obscura_jax.observe.summary.summarize) with what the run config
+    adds: each stage's `adjusted` in the plan's sense (obscura_jax.run.run_config.
     RunConfig.adjusted_stages) and whether it `recomputes`, and a plan's labels."""
     res = summary.summarize(outcome)
     run, pipe = outcome.config, outcome.pipeline
@@ -160,7 +162,7 @@ def measure_stage(model, unit_range, policy="none", *, micro_batch_size: int = 2
 
 def profile_model(model, seq_len: int, micro_batch: int = 1, *, reps: int = 5, ops=None, progress=None):
     """A planner profile (obscura-profile/1) of `model` measured on this machine's
-    first JAX device, as `obscura profile` measures it: planner.profiler.ProfileRun
+    first JAX device, as `obscura profile` measures it: obscura_jax.profiling.profiler.ProfileRun
     (.profile, .notes, .seconds)."""
     cfg = models.get_config(model) if isinstance(model, str) else model
     return profiler.profile_model(cfg, seq_len, micro_batch, time_unit=time_unit_program, reps=reps, ops=ops,

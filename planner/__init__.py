@@ -4,8 +4,8 @@
     plan = make_plan(load_profile("profile.json"), 8, 32, "80GiB")
     schedule = plan_to_schedule(plan)     # what `obscura train --plan` runs
 
-Modules: profile (format), analytic (shape-derived profiles), profiler (measured
-ones), costs (profile -> StageCosts), time_model (the paper's Eq. 2-3, 5-6; its
+Modules: profile (format), analytic (shape-derived profiles; measured ones come
+from obscura_jax.profiling, which runs on devices), costs (profile -> StageCosts), time_model (the paper's Eq. 2-3, 5-6; its
 Eq. 1 is the test oracle of the one memory fold, schedules.memory), identify
 (adjusted stages, CMB-Identifying), recompute_ip (Eq. 4
 with CP-SAT), search (swap grid judged by the simulator), partition
@@ -21,7 +21,7 @@ _EXPORTS = {
     "Profile": "planner.profile", "UnitProfile": "planner.profile", "OpProfile": "planner.profile",
     "load_profile": "planner.profile", "save_profile": "planner.profile",
     "profile_from_json": "planner.profile", "derive_profile": "planner.profile",
-    "analytic_profile": "planner.analytic", "profile_model": "planner.profiler",
+    "analytic_profile": "planner.analytic",
     "stage_costs": "planner.costs",
     "Plan": "planner.plan_file", "StagePlan": "planner.plan_file", "make_plan": "planner.plan", "smallest_feasible_limit": "planner.feasibility",
     "plan_search": "planner.plan", "load_plan": "planner.plan_file", "save_plan": "planner.plan_file",

@@ -21,7 +21,7 @@ additive one (non-additive sets, e.g. q recomputed while q_rope is saved) is add
 undivided by T, which bounds it whatever the excess is made of.
 
 The data all-reduce is not simulated: each stage sums its gradient accumulators
-over D once per step after its last backward (obscura_jax/stage_mesh.py), so the
+over D once per step after its last backward (obscura_jax/runtime/stage_mesh.py), so the
 plan's time is the simulated makespan or, if later, the last stage's sync end
 (mesh_costs.gradient_sync_end without overlap). It is added to the chosen plan
 and to every baseline alike; it does not steer the search.

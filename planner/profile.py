@@ -21,7 +21,7 @@ forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
 Optional per unit (absent in profiles written before them, which load unchanged):
 `input_grad_time` and `weight_grad_time`, the split backward's I and W as the
 engine runs them (I: the cotangent chain and any recompute; W: only the weight
-gradients, obscura_jax.backward_split), and `weight_grad_bytes`, what a W holds
+gradients, obscura_jax.runtime.backward_split), and `weight_grad_bytes`, what a W holds
 from the end of its I per micro-batch: each weight-bearing op's input and output
 cotangent (the unit's output gradient included when W reads it). Without them a
 split backward is priced I = W = bwd_time / 2 and a W holds the whole block until

@@ -17,7 +17,7 @@ data dependency.
 Actions are their own keys (schedules.ir.Action is a tuple (stage, kind,
 micro-batch)). Used by the validator (deadlock check), the list scheduler
 (through schedules.actions.priced), the issue order, the timeline's comm_wait,
-the engine's message routes and obscura_jax.events.
+the engine's message routes and obscura_jax.observe.events.
 """
 from __future__ import annotations
 

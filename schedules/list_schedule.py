@@ -4,7 +4,7 @@ chooser each device gets:
 
     in order (the default)  the device issues its row as given: the simulator
                             (schedules.simulator), the devices a relaxation keeps,
-                            the measured timeline (obscura_jax.events, with the
+                            the measured timeline (obscura_jax.observe.events, with the
                             dispatch and ready times the engine observed)
     Relaxed                 whenever the device is free it starts the first of its
                             queues' heads, in its preference order, whose inputs have

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import schedules.gantt as gantt  # noqa: E402
-from obscura_jax.cli import main, run_command  # noqa: E402
+from obscura_jax.cli.main import main, run_command  # noqa: E402
 
 
 def _cpu() -> float:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from experiments import benchmark
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 import models
-from planner.stopwatch import median_time
+from obscura_jax.profiling.stopwatch import median_time
 
 
 def stage_flops(cfg, seq_len: int, micro_batch: int, num_layers: int) -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Cost of one stage-to-stage transfer on CPU: in one process (2 emulated devices)
 vs across two local processes (JAX's cross-process device_put); logic in
-obscura_jax.transfer_benchmark.
+experiments.transfer_benchmark.
 
     python scripts/bench_transfer.py --out results/transfer_cpu
 """
@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from obscura_jax.cli import run_command
-from obscura_jax.launch import ENV_NUM, launch_local, process_spec
+from obscura_jax.cli.main import run_command
+from obscura_jax.processes.launch import ENV_NUM, launch_local, process_spec
 from schedules.jsonio import write_json_atomic
 
 
@@ -28,9 +28,9 @@ def main(argv=None) -> int:
 
 def child(args) -> int:
     """One of the two processes: time the cross-process transfers; process 0 writes them."""
-    from obscura_jax.cross_process import CrossProcessTransport  # lazy (these three): JAX starts in join
-    from obscura_jax.distributed import run_distributed
-    from obscura_jax.transfer_benchmark import time_sizes
+    from obscura_jax.processes.cross_process import CrossProcessTransport  # lazy (these three): JAX starts in join
+    from obscura_jax.processes.distributed import run_distributed
+    from experiments.transfer_benchmark import time_sizes
 
     def body(group):
         import jax  # lazy: started by join
@@ -54,8 +54,8 @@ def bench(args) -> int:
     from obscura_jax.devices import request_host_devices  # lazy (these four): JAX starts after the request
     request_host_devices(2)
     import jax
-    from obscura_jax.transfer_benchmark import report, time_sizes
-    from obscura_jax.transport import Transport
+    from experiments.transfer_benchmark import report, time_sizes
+    from obscura_jax.runtime.transport import Transport
 
     local = time_sizes(lambda d, specs, nbytes: Transport(d, nbytes), jax.devices("cpu")[:2], args.reps)
     results = {"in-process": local, "cross-process": json.loads((out / "cross_process.json").read_text())}

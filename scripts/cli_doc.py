@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from obscura_jax.cli import build_parser, run_command
+from obscura_jax.cli.main import build_parser, run_command
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 BLOCK = re.compile(r"(<!-- options: (\S+) -->\n).*?(<!-- end options -->)", re.S)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from figlib import FIGURES_OUT
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from schedules import StageCosts, generate, simulate
 from schedules.gantt import draw_gantts, draw_memory
 

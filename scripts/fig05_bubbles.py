@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from figlib import FIGURES_OUT
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from experiments.figures import fig05_rows
 from schedules.gantt import draw_gantts
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import figlib as L
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from experiments import figures as F
 from experiments import paper as P
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from obscura_jax.errors import UsageError
 from experiments.figures import Source, load_source, run_tasks, source_text
 from planner.identify import parse_memory_limit

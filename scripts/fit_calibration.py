@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from obscura_jax.errors import UsageError
 from schedules.calibration import fit, sample_from_run, save_calibration
 

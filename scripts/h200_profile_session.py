@@ -57,11 +57,11 @@ def _stop_smi(proc, log) -> None:
 def run_session(out: Path, smoke: bool) -> dict:
     """Profiles, then the yardstick; returns session.json's content."""
     # lazy: `obscura profile` must set up the devices before JAX starts
-    from obscura_jax.cli import main as obscura
+    from obscura_jax.cli.main import main as obscura
     import jax
     import models
     from experiments.layer_yardstick import layer_yardstick
-    from obscura_jax.measure import CostTiming
+    from obscura_jax.observe.measure import CostTiming
     from planner.profile import load_profile
 
     cfg = _settings(smoke)

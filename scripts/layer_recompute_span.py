@@ -3,7 +3,7 @@
 and 5 layers, beside the yardstick (experiments.layer_yardstick) over 1 and 5 layers.
 Why it exists: it showed that the recompute per layer grows with the layers in one
 program, which is why the profiler times the layer recompute over a span
-(planner/profiler.py LAYER_SPAN). Output: results/h200/profile_v3/diag_layer.json.
+(obscura_jax/profiling/profiler.py LAYER_SPAN). Output: results/h200/profile_v3/diag_layer.json.
 
     PYTHONPATH=$PWD python3 scripts/layer_recompute_span.py --out $OUT            # H200, ~1 min
     python scripts/layer_recompute_span.py --model llama2-tiny --seq-len 64 --spans 1,2 --out /tmp/x
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from obscura_jax.errors import UsageError
 
 
@@ -42,8 +42,8 @@ def run(args, spans: list[int]) -> int:
     import jax
     import models
     from experiments.layer_yardstick import layer_yardstick
-    from obscura_jax.measure import CostTiming, time_unit_program
-    from planner.profiler import _inputs
+    from obscura_jax.observe.measure import CostTiming, time_unit_program
+    from obscura_jax.profiling.profiler import _inputs
     cfg = models.get_config(args.model)
     if max(spans) > cfg.num_layers:
         raise UsageError(f"--spans {args.spans}: {cfg.name} has {cfg.num_layers} layers")

@@ -35,7 +35,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per launch (--processes 2)")
     args = ap.parse_args()
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-    from obscura_jax.cli import main as cli   # lazy: JAX starts after XLA_FLAGS
+    from obscura_jax.cli.main import main as cli   # lazy: JAX starts after XLA_FLAGS
     from schedules.generators import SCHEDULES
 
     layouts = [tuple(int(v) for v in part.split(",")) for part in args.layouts.split(";")]

@@ -15,8 +15,8 @@ import sys
 import time
 
 import models
-from obscura_jax.cli import run_command
-from obscura_jax.commands.plan import render
+from obscura_jax.cli.main import run_command
+from obscura_jax.cli.commands.plan import render
 from planner.analytic import analytic_profile
 from experiments.paper import PAPER_SPEEDUP
 from planner.plan import plan_search

@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from obscura_jax.cli import run_command
+from obscura_jax.cli.main import run_command
 from schedules.grid import closed_rule_vs_search, markdown, run_grid, timing
 
 

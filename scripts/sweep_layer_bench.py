@@ -3,7 +3,7 @@ the lead commits the output as results/h200/sweep_layers.json, which the sweep t
 uses by default). One layer (attention + MLP unit, the project's own stage code) of
 the 13B and 30B shapes at seq 2048/8192, micro-batch 1/2/4, attention xla/cudnn,
 policies none/selective/mlp/cmb/full; pruned by priority to fit --budget-s (see
-planner/layouts/layer_bench.py). --tiny runs a tiny config on CPU in seconds.
+obscura_jax/profiling/layer_bench.py). --tiny runs a tiny config on CPU in seconds.
 
     python scripts/sweep_layer_bench.py --out results/h200/sweep_layers.json
     python scripts/sweep_layer_bench.py --tiny --out /tmp/tiny_layers.json
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runnable without installing
 
 import models  # noqa: E402  (after the path insert)
-from obscura_jax.cli import run_command  # noqa: E402
+from obscura_jax.cli.main import run_command  # noqa: E402
 from planner.layouts.measured import BENCH_REVISION, FORMAT  # noqa: E402
 from schedules.jsonio import write_json_atomic  # noqa: E402
 
@@ -52,7 +52,7 @@ def bench(args, argv) -> int:
     t_start = time.perf_counter()
     import jax  # lazy (these three): JAX starts only once the flags are read, inside the timing
     import jax.numpy as jnp
-    from planner.layouts.layer_bench import matmul_tflops, plan_tasks, run_bench
+    from obscura_jax.profiling.layer_bench import matmul_tflops, plan_tasks, run_bench
 
     tiny = args.tiny
     names = args.models or (("llama2-tiny",) if tiny else ("llama2-13b", "llama-30b"))

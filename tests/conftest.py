@@ -66,10 +66,9 @@ _share_compiled_programs()
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from obscura_jax import gc_policy  # noqa: E402
-
+from obscura_jax.cli import gc_policy  # noqa: E402
 # Each pytest process traces and compiles like an `obscura` command, and the
-# collector's default thresholds cost it ~7% of its CPU (obscura_jax.gc_policy).
+# collector's default thresholds cost it ~7% of its CPU (obscura_jax.cli.gc_policy).
 gc_policy.for_batch_process()
 
 # Hypothesis profiles: "quick" for make test (the default), "thorough" for make
@@ -108,49 +107,49 @@ GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every tes
 # run of the whole suite on the 2-core box, 2026-12-04; BENCHMARKS.md, issue 23): a
 # heavy module dealt last is the run's tail. Without --no-loadscope-reorder xdist deals
 # the modules by their number of tests instead (the one-test examples and the command
-# matrix last), whatever order this hook gives (tests/test_suite_order.py). Only an
+# matrix last), whatever order this hook gives (tests/tooling/test_suite_order.py). Only an
 # order: no verdict depends on it; a module not listed weighs 0 and keeps its
 # collection order after the listed ones. (Not --dist loadgroup: with pytest 9.2,
 # xdist 3.8's loadgroup no longer groups (it renames item._nodeid, which nodeid no
 # longer reads).)
 WEIGHTS = {
     "tests/obscura_jax/test_command_matrix_llama.py": 72,
-    "tests/obscura_jax/test_cross_process.py": 70,
+    "tests/obscura_jax/processes/test_cross_process.py": 70,
     "tests/obscura_jax/test_command_matrix_gpt.py": 69,
-    "tests/obscura_jax/test_watchdog.py": 68,
-    "tests/obscura_jax/test_stage_mesh.py": 58,
-    "tests/obscura_jax/test_stage_mesh_processes.py": 44,
+    "tests/obscura_jax/processes/test_watchdog.py": 68,
+    "tests/obscura_jax/runtime/test_stage_mesh.py": 58,
+    "tests/obscura_jax/runtime/test_stage_mesh_processes.py": 44,
     "tests/planner/test_mesh_plan_measured.py": 33,
     "tests/obscura_jax/test_numerics_llama.py": 29,
     "tests/obscura_jax/test_numerics_gpt.py": 29,
-    "tests/obscura_jax/test_checkpoint_dir.py": 27,
-    "tests/scripts/test_paper_figures.py": 27,
-    "tests/obscura_jax/commands/test_train.py": 27,
+    "tests/obscura_jax/checkpoints/test_directory.py": 27,
+    "tests/tooling/test_paper_figures.py": 27,
+    "tests/obscura_jax/cli/commands/test_train.py": 27,
     "tests/examples/test_parallel_block.py": 27,
-    "tests/planner/test_profiler.py": 26,
-    "tests/obscura_jax/commands/test_compare.py": 25,
-    "tests/obscura_jax/test_interrupt.py": 23,
+    "tests/obscura_jax/profiling/test_profiler.py": 26,
+    "tests/obscura_jax/cli/commands/test_compare.py": 25,
+    "tests/obscura_jax/cli/test_interrupt.py": 23,
     "tests/examples/test_custom_model.py": 21,
     "tests/schedules/test_properties.py": 18,
     "tests/examples/test_moe.py": 17,
-    "tests/obscura_jax/commands/test_compare_sigint.py": 16,
+    "tests/obscura_jax/cli/commands/test_compare_sigint.py": 16,
     "tests/models/test_policy_grads.py": 16,
-    "tests/obscura_jax/test_launch.py": 15,
+    "tests/obscura_jax/processes/test_launch.py": 15,
     "tests/docs/test_docs.py": 14,
     "tests/examples/test_profile_plan_train.py": 14,
-    "tests/obscura_jax/test_backward_split.py": 13,
-    "tests/scripts/test_bench_multi_gpu.py": 13,
-    "tests/obscura_jax/test_plan_run.py": 13,
-    "tests/obscura_jax/test_reference.py": 10,
+    "tests/obscura_jax/runtime/test_backward_split.py": 13,
+    "tests/tooling/test_bench_multi_gpu.py": 13,
+    "tests/obscura_jax/run/test_plan_run.py": 13,
+    "tests/obscura_jax/run/test_reference.py": 10,
     "tests/examples/test_custom_schedule.py": 10,
     "tests/examples/test_policy_experiment.py": 9,
     "tests/examples/test_custom_model_cli.py": 9,
     "tests/planner/layouts/test_sweep.py": 9,
     "tests/planner/test_families.py": 8,
-    "tests/obscura_jax/test_trainer.py": 7,
+    "tests/obscura_jax/run/test_trainer.py": 7,
     "tests/models/test_registry.py": 6,
     "tests/planner/layouts/test_measured.py": 6,
-    "tests/obscura_jax/commands/test_plan.py": 6,
+    "tests/obscura_jax/cli/commands/test_plan.py": 6,
     "tests/models/test_info.py": 6,
     "tests/schedules/test_grid.py": 6,
     "tests/models/test_aux_loss.py": 5,

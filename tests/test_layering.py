@@ -48,14 +48,14 @@ def test_packages_import_only_to_their_left():
 def test_the_check_finds_a_function_local_import(tmp_path):
     pkg = tmp_path / "planner"
     pkg.mkdir()
-    (pkg / "x.py").write_text("def f():\n    from obscura_jax.engine import build_program\n")
+    (pkg / "x.py").write_text("def f():\n    from obscura_jax.runtime.pipeline import build_program\n")
     for other in ("models", "schedules"):
         (tmp_path / other).mkdir()
-    assert layering_violations(tmp_path) == ["planner/x.py:2 imports obscura_jax.engine"]
+    assert layering_violations(tmp_path) == ["planner/x.py:2 imports obscura_jax.runtime.pipeline"]
 
 
 @pytest.mark.parametrize("module", ["schedules", "models", "models.errors", "schedules.sizes",
-                                   "planner.profile", "obscura_jax.cli"])
+                                   "planner.profile", "obscura_jax.cli.main"])
 def test_light_imports_start_no_jax(module):
     code = f"import {module}, sys; print('jax' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -66,7 +66,7 @@ def test_light_imports_start_no_jax(module):
 def test_the_command_line_parser_starts_no_jax_matplotlib_or_ortools():
     """Every sub-command module is imported to build the parser: their top-level
     imports must stay light (heavy ones are function-local, marked `# lazy:`)."""
-    code = ("from obscura_jax.cli import build_parser; import sys; build_parser(); "
+    code = ("from obscura_jax.cli.main import build_parser; import sys; build_parser(); "
             "print(sorted(m for m in ('jax', 'matplotlib', 'ortools') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -141,7 +141,7 @@ def test_the_runtime_does_not_import_the_command_line():
     """The runtime (obscura_jax outside cli.py, commands/ and __main__) never reaches
     the command line: its one-line errors come from obscura_jax.errors."""
     graph = module_graph()
-    cli = {m for m in graph if m in ("obscura_jax.cli", "obscura_jax.__main__") or m.startswith("obscura_jax.commands")}
+    cli = {m for m in graph if m in ("obscura_jax.cli.main", "obscura_jax.__main__") or m.startswith("obscura_jax.cli.commands")}
     reach = {m: sorted(deps & cli) for m, deps in graph.items()
              if m.startswith("obscura_jax") and m not in cli and deps & cli}
     assert reach == {}

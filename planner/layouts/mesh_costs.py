@@ -2,7 +2,7 @@
 the planner (`obscura plan --data-parallel D --tensor-parallel T`, planner.mesh_plan)
 and the layout sweep (planner.layouts.sweep) share.
 
-A stage on D x T devices (obscura_jax/stage_mesh.py) costs each of its devices:
+A stage on D x T devices (obscura_jax/runtime/stage_mesh.py) costs each of its devices:
 
   micro-batch   b/D rows of every micro-batch of b. A profile measured (or derived)
                 at b on one device is taken as linear in the batch, the profile

@@ -91,7 +91,7 @@ def test_the_api_page_script_runs(tmp_path):
 
 
 def test_the_cli_page_names_every_option_of_every_command():
-    from obscura_jax.cli import build_parser
+    from obscura_jax.cli.main import build_parser
 
     text = (ROOT / "docs" / "cli.md").read_text()
     sections = dict(re.findall(r"^## obscura (\S+)\n(.*?)(?=^## )", text + "\n## end", re.M | re.S))

@@ -1,6 +1,6 @@
 """experiments.figures: the profile a figure is simulated from (measured, else a loud
 analytic stand-in), the per-case rows, and Fig. 5's rows. The scripts that draw
-them are tested in tests/scripts/test_paper_figures.py."""
+them are tested in tests/tooling/test_paper_figures.py."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments import multi_gpu_bench as mgb
-from obscura_jax.cli import build_parser
+from obscura_jax.cli.main import build_parser
 from obscura_jax.errors import UsageError
 
 REFERENCE = Path(__file__).resolve().parents[2] / mgb.ONE_GPU_REFERENCE
@@ -75,13 +75,13 @@ def test_committed_gpu_runs_resolve_as_obscura_train_would(gpus):
     """Every run of the GPU call, with the committed plans of results/h200x<N>/plans,
     goes through `obscura train`'s own flag handling and schedule/partition checks
     (nothing is allocated): the plan matches the run's model and shape, the counts are p, m."""
-    from obscura_jax.commands.run_args import fill_defaults, plan_preset, run_config  # lazy: only this test
+    from obscura_jax.cli.commands.run_args import fill_defaults, plan_preset, run_config  # lazy: only this test
 
     root = REFERENCE.parents[1] / f"h200x{gpus}" / "plans"
     shape = mgb.BenchShape(stages=gpus)
     for label, argv in mgb.run_configs(shape, root).items():
         args = build_parser().parse_args(["train", *argv])
-        args.schedule = args.schedule or "1f1b"      # as obscura_jax/commands/train.py's run() does
+        args.schedule = args.schedule or "1f1b"      # as obscura_jax/cli/commands/train.py's run() does
         fill_defaults(args, plan_preset(args.plan))
         run = run_config(args)
         cfg = run.model_config()

@@ -62,8 +62,8 @@ def test_split_backward_halves_equal_the_fused_backward_on_the_gpu():
     code = r"""
 import jax, numpy as np, models
 jax.config.update("jax_default_matmul_precision", "highest")   # as --check: no TF32 rounding
-from obscura_jax.data import BatchShape
-from obscura_jax.engine import build_program
+from obscura_jax.run.data import BatchShape
+from obscura_jax.runtime.pipeline import build_program
 cfg = models.get_config("llama2-tiny")
 gpu = [d for d in jax.devices() if d.platform == "gpu"][0]
 for rng in ((0, 3), (1, 5), (5, 10)):

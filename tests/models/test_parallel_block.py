@@ -35,7 +35,7 @@ def test_units_are_embed_blocks_head():
 def test_profile_and_plan_on_block_units():
     from planner.plan import plan_search
     from planner.profile import profile_from_json
-    from planner.profiler import profile_model
+    from obscura_jax.profiling.profiler import profile_model
     cfg = models.get_config("parallel-tiny")
     seen = []
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from obscura_jax.cli import main
+from obscura_jax.cli.main import main
 from planner import load_profile, smallest_feasible_limit
 from schedules.generators import SCHEDULES, model_stages
 
@@ -50,7 +50,7 @@ def check_train_json(path, schedule: str, *, num_devices: int = P) -> dict:
     for s, st in enumerate(res["stages"]):
         assert st["simulated_peak_bytes"] > st["weight_bytes"] > 0, (schedule, s)
         # A stage's measured compute may be 0 on a busy box: an op's start is inferred as
-        # no earlier than its inputs were SEEN ready (obscura_jax.events), and a waiter
+        # no earlier than its inputs were SEEN ready (obscura_jax.observe.events), and a waiter
         # thread that runs late can see an input ready after the op itself. The run's
         # first forward has no input to wait for: the stages' sum is positive.
         assert st["measured"]["compute"] >= 0, (schedule, s)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import threading
 
-from obscura_jax import distributed
-from obscura_jax.launch import ENV_ID
+from obscura_jax.processes import distributed
+from obscura_jax.processes.launch import ENV_ID
 
 RANK = os.environ.get(ENV_ID)
 HANG_RANK, _, HANG_STEP = os.environ.get("OBSCURA_TEST_HANG", "").partition(":")

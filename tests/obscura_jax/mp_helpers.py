@@ -91,7 +91,7 @@ def run(args: list[str], timeout: float, env: dict | None = None) -> tuple[int, 
 
 def start_ready(args: list[str], timeout: float = 120, **popen) -> tuple[subprocess.Popen, float]:
     """`python -m obscura_jax ARGS` in its own session, returned once it reports its
-    Ctrl-C handler installed (obscura_jax.interrupt.announce_ready, through a pipe),
+    Ctrl-C handler installed (obscura_jax.cli.interrupt.announce_ready, through a pipe),
     with the monotonic time it did; killed, and the test failed, if it does not within
     `timeout` seconds (a bound for a box at any load, not a measurement)."""
     r, w = os.pipe()

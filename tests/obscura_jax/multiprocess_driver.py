@@ -1,4 +1,4 @@
-"""One process of a multi-process test run (started by obscura_jax.launch.launch_local
+"""One process of a multi-process test run (started by obscura_jax.processes.launch.launch_local
 with command `python -m tests.obscura_jax.multiprocess_driver`): trains every case of
 numerics_cases.CASES on llama2-tiny (with `zoo`, after them MP_ZOO_CASES: chunks per
 device and the split backward, each case naming its model) in turn on its share of
@@ -11,12 +11,12 @@ import os
 import pickle
 import sys
 
-from obscura_jax import gc_policy
-from obscura_jax.distributed import gather_params, run_distributed
-from obscura_jax.launch import process_spec
-from obscura_jax.placement import place_across_processes
-from obscura_jax.summary import summarize
-from obscura_jax.trainer import train
+from obscura_jax.cli import gc_policy
+from obscura_jax.processes.distributed import gather_params, run_distributed
+from obscura_jax.processes.launch import process_spec
+from obscura_jax.runtime.placement import place_across_processes
+from obscura_jax.observe.summary import summarize
+from obscura_jax.run.trainer import train
 from tests.obscura_jax.numerics_cases import CASES, MP_ZOO_CASES, run_config
 
 

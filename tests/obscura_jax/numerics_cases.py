@@ -8,13 +8,13 @@ import jax
 import numpy as np
 
 import models
-from obscura_jax.checks import tolerances
-from obscura_jax.data import BatchShape, open_data
-from obscura_jax.executor import make_optimizer
-from obscura_jax.placement import place_stages
-from obscura_jax.reference import reference_train
-from obscura_jax.run_config import RunConfig
-from obscura_jax.trainer import train
+from obscura_jax.run.checks import tolerances
+from obscura_jax.run.data import BatchShape, open_data
+from obscura_jax.runtime.executor import make_optimizer
+from obscura_jax.runtime.placement import place_stages
+from obscura_jax.run.reference import reference_train
+from obscura_jax.run.run_config import RunConfig
+from obscura_jax.run.trainer import train
 
 P, M, STEPS, B, T = 4, 8, 3, 2, 16
 CASES = [

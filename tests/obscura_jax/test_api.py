@@ -7,7 +7,7 @@ import pytest
 import obscura_jax
 import schedules
 from obscura_jax import RunConfig
-from obscura_jax.data import BatchShape, open_data
+from obscura_jax.run.data import BatchShape, open_data
 from obscura_jax.errors import UsageError
 from schedules import Action, Kind, Schedule, StageSpec
 

@@ -30,12 +30,12 @@ def test_obscura_with_swapping_equals_plain_model_under_sgd():
     import numpy as np
 
     import models
-    from obscura_jax.checks import tolerances
-    from obscura_jax.data import BatchShape, open_data
-    from obscura_jax.executor import make_optimizer
-    from obscura_jax.placement import place_stages
-    from obscura_jax.reference import reference_train
-    from obscura_jax.trainer import train
+    from obscura_jax.run.checks import tolerances
+    from obscura_jax.run.data import BatchShape, open_data
+    from obscura_jax.runtime.executor import make_optimizer
+    from obscura_jax.runtime.placement import place_stages
+    from obscura_jax.run.reference import reference_train
+    from obscura_jax.run.trainer import train
     from tests.obscura_jax.numerics_cases import B, M, P, STEPS, T, run_config
 
     run = run_config("llama2-tiny", "obscura", adjusted=1, swap_blocks=2, swap_fraction=0.5,

@@ -6,8 +6,8 @@ import numpy as np
 
 import models
 from obscura_jax import measure_stage
-from obscura_jax.data import BatchShape
-from obscura_jax.engine import build_program
+from obscura_jax.run.data import BatchShape
+from obscura_jax.runtime.pipeline import build_program
 
 
 def test_offloaded_residuals_live_on_host_and_change_no_gradient():

@@ -3,7 +3,7 @@ functions, for engine tests that do not need the real models."""
 import jax
 import jax.numpy as jnp
 
-from obscura_jax.stage_program import StageProgram
+from obscura_jax.runtime.stage_program import StageProgram
 
 V, D, B, T = 16, 8, 2, 5
 

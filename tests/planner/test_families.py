@@ -66,9 +66,9 @@ def test_the_pick_is_the_fastest_fitting_and_records_its_family(tiny_plan):
 def test_train_runs_a_chunked_plan(tiny_plan, tmp_path):
     """An interleaved (V = 2) plan: its rows and stage -> device map round-trip
     through the file, and `train --plan` runs it on 2 devices like --stages 1."""
-    from obscura_jax.placement import place_stages
-    from obscura_jax.run_config import RunConfig
-    from obscura_jax.trainer import train
+    from obscura_jax.runtime.placement import place_stages
+    from obscura_jax.run.run_config import RunConfig
+    from obscura_jax.run.trainer import train
     prof, res = tiny_plan
     setting = Setting(prof, 4, 2**40)
     ev = simulate_family(setting, Config("interleaved", chunk_partition(prof, 2, 2), (), (frozenset(),) * 4,

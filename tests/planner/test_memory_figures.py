@@ -3,7 +3,7 @@ the per-kind table's memory effects) on random profiles, partitions and schedule
 the planner's stage peaks, identify's 1F1B peak, the baselines' lower bound, the
 layout sweep's blocks in flight, and the recompute IP's resident blocks of a
 swapped order. (The cap search's count: tests/schedules/test_memory_fold.py; the
-runtime ledger's: tests/obscura_jax/test_executor.py.)
+runtime ledger's: tests/obscura_jax/runtime/test_executor.py.)
 
 identify's peak is a closed form (the paper's Step 1, plus the inbox): it equals the
 fold on the committed profiles, drawn here. On stages as uneven as the synthetic

@@ -12,7 +12,7 @@ import json
 import pytest
 
 import models
-from obscura_jax.cli import main
+from obscura_jax.cli.main import main
 from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
 from planner.costs import stage_scratch
 from planner.identify import stage_peak_1f1b

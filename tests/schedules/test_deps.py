@@ -57,7 +57,7 @@ def test_no_other_copy_of_the_rule():
     root = Path(__file__).resolve().parents[2]
     for path in ("schedules/validator.py", "schedules/ordering.py", "schedules/simulator.py",
                  "schedules/timeline.py", "schedules/generators/relax.py", "schedules/generators/device_relax.py",
-                 "obscura_jax/events.py", "obscura_jax/messages.py"):
+                 "obscura_jax/observe/events.py", "obscura_jax/runtime/messages.py"):
         text = (root / path).read_text()
         assert "from schedules.deps import" in text or "from schedules.actions import" in text \
             or "from schedules.simulator import price_schedule" in text, path

@@ -158,7 +158,7 @@ def test_one_module_defines_list_scheduling():
 
 
 def test_the_scan_finds_a_second_list_scheduler():
-    """The loop measured timelines used to run beside the simulator's (obscura_jax.events)."""
+    """The loop measured timelines used to run beside the simulator's (obscura_jax.observe.events)."""
     second = '''
 def infer_ops(events, num_stages, order):
     lane_end, end = {}, {}

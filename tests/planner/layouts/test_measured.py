@@ -204,7 +204,7 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
 
 
 def test_bench_priority_order():
-    from planner.layouts.layer_bench import plan_tasks
+    from obscura_jax.profiling.layer_bench import plan_tasks
     tasks = plan_tasks(("llama2-13b", "llama-30b"), (2048, 8192), (1, 2, 4), ("xla", "cudnn"),
                        ("none", "selective", "mlp", "cmb", "full"))
     assert len(tasks) == 2 * 2 * (2 * 5 + 2 * 2 * 2)    # pruned: no non-anchor policy at mbs > 1

@@ -1,0 +1,175 @@
+"""obscura plan: a profile + a memory limit -> an Obscura plan (obscura-plan/1),
+printed as a table with the simulated comparison against the baselines."""
+from __future__ import annotations
+
+import models
+from schedules.calibration import load_calibration
+from schedules.simulator import iteration_time
+from obscura_jax.cli.main import add_model_module
+from planner.names import SYSTEMS as _NAMES
+from planner.profile import derive_profile, load_profile
+from obscura_jax.errors import UsageError
+from schedules.generators import check_pipeline_size
+from schedules.jsonio import check_writable
+from schedules.sizes import format_bytes, parse_bytes
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "plan", help="plan adjusted stages, per-op recompute, swapping and partition for a memory limit",
+        description="Find the adjusted stages (CMB-Identifying), choose per-op recompute with OR-Tools "
+                    "CP-SAT over a swap grid (best by simulated time), rebalance the partition "
+                    "(Algorithm 1), choose the schedule family (1F1B, interleaved V=2/4, ZB-H1; plain or "
+                    "with Obscura on it), and compare with DAPPLE, DAPPLE+, Recomp-N, OHP-CMB, the strawman, "
+                    "interleaved and ZB-H1 with full recompute.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--profile", metavar="PROFILE.json",
+                     help="an obscura-profile/1 file (required unless --analytic; no default)")
+    src.add_argument("--analytic", metavar="MODEL",
+                     help="plan on a profile derived from MODEL's shapes (see --device) "
+                          "(required unless --profile; no default)")
+    p.add_argument("--device", default="A100-80GB", help="device of --analytic (A100-80GB or H200)")
+    p.add_argument("--seq-len", type=int, default=4096, help="sequence length of --analytic")
+    p.add_argument("--micro-batch", type=int, default=1,
+                   help="micro-batch size of --analytic (the whole micro-batch: --data-parallel splits it)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="plan for this many layers with the profile's per-layer costs (13B -> 28B) "
+                        "(default: the profile's own)")
+    p.add_argument("--stages", type=int, required=True, metavar="S", help="pipeline stages p")
+    p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per iteration m")
+    p.add_argument("--memory-limit", required=True, metavar="G", help="per-device bytes, or e.g. 80GiB, 85.9GB")
+    p.add_argument("--data-parallel", type=int, default=1, metavar="D",
+                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D, "
+                        "which must divide it (default 1)")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
+                   help="tensor parallelism inside each stage (Megatron layout of the model's registration; "
+                        "heads and FFN width divisible by T); peaks and the limit are per device (default 1)")
+    p.add_argument("--reserve", default="0", metavar="SIZE",
+                   help="extra headroom: keep this much of the limit free beyond what the plan counts "
+                        "(weights, activations and the profile's XLA scratch): allocator fragmentation, "
+                        "a CUDA context, e.g. 2GiB")
+    p.add_argument("--no-cmb", action="store_true", help="identify adjusted stages without trying CMB first")
+    p.add_argument("--no-swap", action="store_true", help="no activation swapping (lambda = 0)")
+    p.add_argument("--no-partition", action="store_true", help="keep the even partition (no Algorithm 1)")
+    p.add_argument("--no-ip", action="store_true",
+                   help="recompute whole units on adjusted stages instead of choosing ops (ablation)")
+    p.add_argument("--no-families", action="store_true",
+                   help="Obscura on 1F1B only: no interleaved or ZB-H1 family, nor their baselines")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write the plan (obscura-plan/1) here (default: not written)")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="obscura-calibration/1 JSON: also report the plan's iteration with its launch overhead, "
+                        "optimizer step and link sharing (default: the ideal simulation only)")
+    add_model_module(p)
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from planner.analytic import analytic_profile  # lazy (all three): they load JAX and OR-Tools
+    from planner.layouts.mesh_costs import MeshLayout
+    from planner.plan import plan_search, save_plan
+
+    check_plan_args(args)
+    cal = load_calibration(args.calibration) if args.calibration else None   # every input before any output
+    if args.profile:
+        prof = load_profile(args.profile)
+    else:
+        prof = analytic_profile(models.get_config(args.analytic), args.seq_len, args.micro_batch, args.device)
+    if args.layers is not None:
+        prof = derive_profile(prof, args.layers)
+    res = plan_search(prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
+                      swap=not args.no_swap, partition=not args.no_partition, ip=not args.no_ip,
+                      reserve=args.reserve, profile_path=args.profile, families=not args.no_families,
+                      layout=MeshLayout(args.data_parallel, args.tensor_parallel))
+    plan = res.plan
+    if args.json:
+        save_plan(plan, args.json)
+    print(render(prof, res))
+    if any(u.scratch_bytes is None for _, u in prof.units):
+        print("note: the profile records no XLA scratch (units.K.scratch_bytes: an analytic profile, or one "
+              "written before the field): the plan counts none; keep room for it with --reserve")
+    if cal is not None:
+        print(calibrated_line(res, cal))
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0
+
+
+def check_plan_args(args) -> None:
+    """Every flag checked before the profile is read or anything is searched."""
+    for flag, v in (("--stages", args.stages), ("--microbatches", args.microbatches),
+                    ("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch), ("--layers", args.layers),
+                    ("--data-parallel", args.data_parallel), ("--tensor-parallel", args.tensor_parallel)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+    check_pipeline_size(args.stages, args.microbatches)
+    limit = parse_bytes(args.memory_limit, "memory limit (--memory-limit)")
+    reserve = parse_bytes(args.reserve, "reserve (--reserve)", allow_zero=True)
+    if reserve >= limit:
+        raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
+    check_writable(args.json, "--json")
+
+
+def calibrated_line(res, cal) -> str:
+    """The plan's iteration as the calibrated simulator predicts it, and which terms are assumed."""
+    ev = res.best
+    costs = cal.apply(ev.costs)
+    t = iteration_time(ev.schedule, costs, check=False)
+    return (f"predicted iteration {t:.4g} s calibrated (ideal {ev.makespan:.4g} s; {cal.describe()})")
+
+
+def render(prof, res) -> str:
+    """The plan table and the comparison line."""
+    from planner.search import warmups  # lazy: planner.search loads JAX
+
+    plan, best = res.plan, res.best
+    k = res.last_adjusted
+    data, tensor = plan.layout
+    mesh = "" if (data, tensor) == (1, 1) else f", stages on {data} data x {tensor} tensor devices"
+    lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {prof.micro_batch}) "
+             f"on {prof.device}{mesh}: p={plan.num_stages}, "
+             f"m={plan.num_microbatches}, limit {format_bytes(plan.memory_limit, 2)}"
+             f"{' per device' if mesh else ''}; planned in {res.seconds:.2f} s"]
+    cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
+    if k < 0:
+        lines.append("no stage adjusted: 1F1B fits" + (f" once stage(s) {', '.join(cmb_only)} recompute the CMB "
+                                                       "set (CMB-Identifying)" if cmb_only else
+                                                       " with nothing recomputed"))
+    else:
+        ident = f"identified 0..{res.identified}" if res.identified >= 0 else "none identified"
+        lines.append(f"adjusted stages 0..{k} ({ident}); schedule {plan.schedule}, beta {best.config.beta:g}")
+    if cmb_only and k >= 0:
+        lines.append(f"not adjusted, recomputing in 1F1B order (CMB-Identifying): stage(s) {', '.join(cmb_only)}")
+    if res.adjustment is not None and res.adjustment.moves:
+        lines.append(f"partition adjustment: moves {list(res.adjustment.moves)}, undone {res.adjustment.undone}; "
+                     f"{'kept' if best.config.partition != res.even.config.partition else 'not kept'} "
+                     f"(even partition simulates {res.even.makespan:.4g} s)")
+    lines.append(f"family {plan.family}" + (f", {plan.virtual_stages} chunks per device ({plan.num_stages} "
+                                              f"model stages)" if plan.virtual_stages > 1 else ""))
+    if res.source in res.families:
+        lines.append(f"note: {res.source} on the {plan.family} family simulates faster than the 1F1B search's "
+                     f"configuration ({res.searched.makespan:.4g} s), so the plan runs it")
+    elif res.source != "search":
+        lines.append(f"note: the {_NAMES.get(res.source, res.source)} baseline simulates faster than the searched "
+                     f"configuration ({res.searched.makespan:.4g} s), so the plan is that baseline")
+    lines.append(f"{'stage':>5} {'units':>11} {'adj':>3} {'lambda':>6} {'warm-up':>7} {'peak':>11}  recompute")
+    warm = warmups(best.schedule)
+    for s, st in enumerate(plan.stages):
+        rec = ",".join(st.recompute) if st.recompute else "-"
+        lines.append(f"{s:>5} {models.format_units(st.units):>11} {'yes' if st.adjusted else 'no':>3} {st.swap_blocks:>6} "
+                     f"{warm[s]:>7} {format_bytes(st.predicted_peak_bytes, 2):>11}  {rec}")
+    t = plan.predicted_iteration_time
+    if data > 1:
+        lines.append(f"data all-reduce once a step after each stage's last backward: the plan's "
+                     f"{best.makespan:.4g} s pipeline ends at {t:.4g} s (closed form, planner.mesh_plan)")
+    parts = [f"plan {t:.4g} s"]
+    for name, v in plan.baselines:
+        label = _NAMES.get(name, name)
+        if v is None:
+            ev = res.baselines.get(name)
+            need = f", needs {format_bytes(max(ev.peaks), 2)}" if ev is not None else ""
+            parts.append(f"{label} OOM{need}")
+        else:
+            parts.append(f"{label} {v:.4g} s ({v / t:.3f}x)")
+    lines.append("simulated: " + " | ".join(parts))
+    return "\n".join(lines)

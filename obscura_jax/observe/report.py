@@ -1,0 +1,147 @@
+"""Short tables for people, from the JSON-ready summaries of obscura_jax.observe.summary.summarize."""
+from __future__ import annotations
+
+from models.registry import format_units
+from schedules.sizes import format_bytes
+
+
+def fmt_time(t) -> str:
+    if t is None:
+        return "-"
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.0f} us"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def timing_lines(res: dict) -> list[str]:
+    """Min/median/max step time (the median step is the one charted), the bubble
+    fractions, and the note when emulated devices outnumber cores."""
+    out, st = [], res.get("step_time")
+    if st:
+        n = st["timed_steps"]
+        chart = (f"; the chart and trace show step {res['timeline_step']}, the median"
+                 if res.get("timeline_step") is not None else "")
+        out.append(f"step time over {n} timed step{'s' if n > 1 else ''}: "
+                   f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}"
+                   f"{chart}")
+    if res.get("bubble_fraction") is not None or res.get("simulated_bubble_fraction") is not None:
+        out.append(f"bubble (idle share of device time): measured {_pct(res.get('bubble_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute apart: measured "
+                   f"{_pct(res.get('recompute_fraction'))}, simulated {_pct(res.get('simulated_recompute_fraction'))}")
+    if res.get("cpu_note"):
+        out.append(f"note: {res['cpu_note']}")
+    return out
+
+
+def train_report(res: dict) -> str:
+    losses = res["losses"]
+    out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
+           f"b={res['micro_batch_size']} T={res['seq_len']}, data {res['data']}, "
+           f"devices {', '.join(sorted(set(res['devices'])))}"]
+    lay = res.get("layout") or {}
+    if lay.get("data", 1) * lay.get("tensor", 1) > 1:
+        out.append(f"layout: every stage on {lay['data']} data x {lay['tensor']} tensor devices "
+                   f"({lay['devices']} devices); per-stage bytes below are per device")
+    if res.get("placement_note"):
+        out.append(f"note: {res['placement_note']}")
+    if res.get("plan_note"):
+        out.append(f"plan: {res['plan_note']}")
+    if losses:
+        out.append(f"loss: step {res['steps'][0]} {losses[0]:.4f} -> step {res['steps'][-1]} {losses[-1]:.4f}")
+    rows = [["iteration time", fmt_time(res["iteration_time"]), fmt_time(res["simulated_iteration_time"]),
+             _ratio(res["iteration_time"], res["simulated_iteration_time"])]]
+    if res.get("simulated_serial_time"):
+        rows.append(["(one shared device)", "", fmt_time(res["simulated_serial_time"]),
+                     _ratio(res["iteration_time"], res["simulated_serial_time"])])
+    out.append(table(["", "measured", "simulated", "meas/sim"], rows))
+    out += timing_lines(res)
+    tps = res.get("tokens_per_second")
+    d = res["dispatch_us"]
+    out.append(f"tokens/s {tps:,.0f}" if tps else "tokens/s -")
+    out.append("host dispatch per action (mean): " + "  ".join(
+        f"{k} {d[k]:.0f} us" for k in ("F", "B", "SO", "SI", "all") if d.get(k) is not None)
+        + (f"; median {d['all_median']:.0f} us, p10 {d['all_p10']:.0f} us" if d.get("all_median") else ""))
+    sw = res.get("swap") or {}
+    if sw.get("bytes_out"):
+        gb = lambda v: f"{v:.2f} GB/s" if v else "-"
+        out.append(f"swap: {format_bytes(sw['bytes_out'])} out / {format_bytes(sw['bytes_in'])} in over the run; "
+                   f"in-run {gb(sw.get('measured_gbps_out'))} out, {gb(sw.get('measured_gbps_in'))} in; "
+                   f"standalone {gb(sw.get('standalone_gbps_out'))} out, {gb(sw.get('standalone_gbps_in'))} in"
+                   + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
+                      if sw.get("overlap_with_compute") is not None else ""))
+    out += stage_tables(res)
+    if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
+        out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
+                   "+ XLA scratch (no memory_stats for this stage alone)")
+    if all("planned_peak_bytes" in st for st in res["stages"]):
+        under = [str(s) for s, st in enumerate(res["stages"]) if st["planned_vs_measured_bytes"] < 0]
+        out.append("plan: predicted vs measured peak (weights + live activations + XLA scratch): "
+                   + ", ".join(f"{format_bytes(st['planned_peak_bytes'])} / "
+                               f"{format_bytes(st['planned_peak_bytes'] - st['planned_vs_measured_bytes'])}"
+                               for st in res["stages"])
+                   + ("; never under-predicted" if not under
+                      else f"; UNDER-predicted on stage(s) {', '.join(under)}"))
+    shared_peaks = {}
+    for st in res["stages"]:
+        if st["peak_source"] != "memory_stats" and st.get("device_peak_bytes"):
+            shared_peaks[st["device"]] = st["device_peak_bytes"]
+    for dev, peak in shared_peaks.items():
+        out.append(f"memory_stats peak of shared device {dev}: {format_bytes(peak)}")
+    return "\n".join(out)
+
+
+def stage_tables(res: dict) -> list[str]:
+    """One row per model stage; when a pipeline device runs several model stages
+    (interleaved, zb-v, ...), a `dev` column and one row per pipeline device too
+    (the idle figures are the device's)."""
+    chunked = any(len(d["stages"]) > 1 for d in res.get("pipeline_devices") or ())
+    rows = []
+    for s, st in enumerate(res["stages"]):
+        m = st.get("measured") or {}
+        rows.append([str(s)] + ([str(st["pipeline_device"])] if chunked else [])
+                    + [format_units(st["units"]), st["policy"]["name"],
+                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
+                       format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                       format_bytes(st.get("simulated_peak_bytes")),
+                       fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
+    out = [table(["stage"] + (["dev"] if chunked else [])
+                 + ["units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows)]
+    if chunked:
+        rows = []
+        for d in res["pipeline_devices"]:
+            m = d.get("measured") or {}
+            rows.append([str(d["device"]), ",".join(str(s) for s in d["stages"]),
+                         format_bytes(d.get("simulated_peak_bytes")), fmt_time(m.get("compute")),
+                         fmt_time(m.get("backward_bubble"))])
+        out.append(table(["dev", "model stages", "sim peak", "busy", "bwd bubble"], rows))
+    return out
+
+
+def compare_report(results: list[dict]) -> str:
+    rows = []
+    for r in results:
+        peaks = [st["peak_bytes"] for st in r["stages"]]
+        rows.append([r["label"], fmt_time(r["iteration_time"]), fmt_time(r["simulated_iteration_time"]),
+                     _ratio(r["iteration_time"], r["simulated_iteration_time"]),
+                     f"{r['tokens_per_second']:,.0f}" if r.get("tokens_per_second") else "-",
+                     _pct(r.get("bubble_fraction")),
+                     f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
+                     " / ".join(format_bytes(p) for p in peaks)])
+    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
+                  "peak per stage"], rows)

@@ -1,0 +1,205 @@
+"""RunConfig: everything one training run needs, validated once; and turning it into
+a model config, a Schedule and a partition (from a generator, a schedule file, a
+Schedule object or a plan file)."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import models
+import schedules
+from obscura_jax.run import plan_run
+from models.errors import ObscuraError
+from obscura_jax.errors import UsageError
+from schedules.generators import check_pipeline_size
+
+MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
+from schedules.io import load_schedule
+from schedules.ir import Schedule, check_recompute_names
+from schedules.validator import validate
+
+SWAP_MECHANISMS = ("device_put", "jit")
+MAX_RUN_MICROBATCHES = 4096    # per step: each is dispatched op by op on every stage
+
+
+def parse_adjusted(text):
+    """--adjusted K | all | 0,1,2 -> None | int | 'all' | tuple[int, ...]."""
+    if text is None or isinstance(text, (int, tuple)):
+        return text
+    text = str(text).strip()
+    if text == "all":
+        return "all"
+    try:
+        vals = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise UsageError(f"--adjusted must be K, all or a comma list of stages, got {text!r}") from None
+    return vals[0] if len(vals) == 1 else vals
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = "llama2-tiny"
+    stages: int | None = None          # None: from the schedule file / plan, else 4
+    microbatches: int | None = None    # None: from the schedule file / plan, else 8
+    schedule: object = "1f1b"          # generator name, schedule JSON path, or a Schedule
+    adjusted: object = None            # None | K | "all" | tuple of stages
+    adjusted_policy: tuple[str, ...] = ("full",)
+    policy: str = "none"               # base policy of non-adjusted stages
+    swap_blocks: int = 0
+    swap_fraction: float = 0.0
+    virtual_stages: int | None = None  # interleaved: model chunks per device (None: the generator's 2)
+    steps: int = 3
+    seed: int = 0
+    micro_batch_size: int = 2
+    seq_len: int = 64
+    data: str = "synthetic"
+    data_dtype: str | None = None
+    plan: str | None = None
+    plan_scale_down: bool = False      # run a plan made for another model (obscura_jax.run.plan_run)
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    checkpoint_every: int = 0          # 0: only at the end
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 1
+    swap_mechanism: str = "device_put"
+    swap_enabled: bool = True
+    record_timeline: bool = True
+    measure_costs: bool = True
+    cost_reps: int = 3
+    model_overrides: tuple = field(default=())  # ((field, value), ...)
+    data_parallel: int = 1             # each stage on a data x tensor mesh (obscura_jax.runtime.stage_mesh)
+    tensor_parallel: int = 1
+    data_across_processes: bool = False  # several processes: each holds data rows of every stage
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schedule, os.PathLike):
+            object.__setattr__(self, "schedule", os.fspath(self.schedule))
+        if not isinstance(self.schedule, (str, Schedule)):
+            raise UsageError(f"RunConfig.schedule must be a generator name, a schedule JSON path or a "
+                             f"Schedule, got {type(self.schedule).__name__}")
+        object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
+        object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
+        for name in ("steps", "micro_batch_size", "seq_len", "cost_reps", "data_parallel", "tensor_parallel"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("stages", "microbatches"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise UsageError(f"--{name} must be >= 1, got {v}")
+        if self.virtual_stages is not None and self.virtual_stages < 1:
+            raise UsageError(f"--virtual-stages must be >= 1, got {self.virtual_stages}")
+        if self.virtual_stages is not None:     # the model stages it makes, before any is built
+            try:
+                check_pipeline_size((self.stages or 4) * self.virtual_stages, self.microbatches)
+            except ObscuraError as e:
+                raise UsageError(f"--virtual-stages {self.virtual_stages} on {self.stages or 4} stages: {e}") from None
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be an integer in 0..{MAX_SEED} (2**63 - 1), got {self.seed}")
+        if self.swap_blocks < 0:
+            raise UsageError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
+        if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):
+            raise UsageError(f"--swap-fraction must be in [0, 1], got {self.swap_fraction}")
+        if self.warmup_steps < 0 or self.checkpoint_every < 0:
+            raise UsageError("--warmup-steps and --checkpoint-every must be >= 0")
+        if self.swap_mechanism not in SWAP_MECHANISMS:
+            raise UsageError(f"--swap-mechanism must be one of {', '.join(SWAP_MECHANISMS)}")
+        if self.resume and not self.checkpoint_dir:
+            raise UsageError("--resume needs --checkpoint-dir")
+        if self.learning_rate <= 0 or not math.isfinite(self.learning_rate):
+            raise UsageError(f"--lr must be > 0, got {self.learning_rate}")
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise UsageError(f"--weight-decay must be finite and >= 0, got {self.weight_decay}")
+        if self.microbatches is not None and self.microbatches > MAX_RUN_MICROBATCHES:
+            raise UsageError(f"--microbatches must be <= {MAX_RUN_MICROBATCHES}, got {self.microbatches} (every "
+                             "micro-batch is dispatched op by op on every stage: more per step does not run in "
+                             "reasonable time)")
+        if self.micro_batch_size % self.data_parallel:
+            raise UsageError(f"--micro-batch-size {self.micro_batch_size} is not divisible by --data-parallel "
+                             f"{self.data_parallel} (each micro-batch splits over the data axis)")
+        check_pipeline_size(self.stages, self.microbatches)
+        check_recompute_names(self.adjusted_policy)
+        if isinstance(self.policy, str):
+            check_recompute_names(tuple(t.strip() for t in self.policy.split(",") if t.strip()))
+
+    def model_config(self):
+        return models.get_config(self.model, **dict(self.model_overrides))
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(data, tensor) parallelism inside every stage."""
+        return self.data_parallel, self.tensor_parallel
+
+    def check_layout(self, cfg) -> None:
+        """One line (UsageError) when the model cannot shard over --tensor-parallel, or
+        asks for cuDNN attention (a sweep row's, `--layout`) off a GPU."""
+        if cfg.attention_impl == "cudnn":
+            import jax  # lazy: JAX has started by now (the trainer calls this)
+            if jax.default_backend() != "gpu":
+                raise UsageError(f"{cfg.name} runs cuDNN attention, which needs a GPU (this run's backend is "
+                                 f"{jax.default_backend()}); a sweep row's xla attention runs anywhere")
+        if self.tensor_parallel > 1:
+            from models.tensor_parallel import check_tensor_parallel  # lazy: loads JAX
+            try:
+                check_tensor_parallel(cfg, self.tensor_parallel)
+            except ObscuraError as e:
+                raise UsageError(f"--tensor-parallel {self.tensor_parallel}: {e}") from None
+
+    def resolve(self, cfg):
+        """-> (Schedule, partition) validated against the model."""
+        if self.plan:
+            from planner.plan import load_plan, plan_to_schedule  # lazy: the planner loads JAX
+            plan = load_plan(self.plan)
+            schedule = plan_to_schedule(plan)
+            partition = plan_run.plan_partition(self, plan, cfg)
+            self._check_counts(schedule, "plan " + self.plan)
+        elif isinstance(self.schedule, Schedule):
+            schedule = self.schedule
+            partition = None
+            self._check_counts(schedule, f"schedule {schedule.name!r}")
+        elif self.schedule.endswith(".json") or Path(self.schedule).is_file():
+            schedule = load_schedule(self.schedule)
+            partition = None
+            self._check_counts(schedule, "schedule file " + self.schedule)
+        else:
+            if self.schedule not in schedules.SCHEDULES:
+                raise UsageError(f"unknown schedule {self.schedule!r}; choose from "
+                                 f"{', '.join(schedules.SCHEDULES)} or give a schedule JSON file")
+            chunks = {} if self.virtual_stages is None else {"virtual_stages": self.virtual_stages}
+            try:
+                schedule = schedules.generate(
+                    self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
+                    recompute=self.adjusted_policy, swap_blocks=self.swap_blocks,
+                    swap_fraction=self.swap_fraction, **chunks)
+            except schedules.ScheduleError as e:
+                raise UsageError(str(e)) from None
+            partition = None
+        validate(schedule)
+        if partition is None:
+            partition = models.even_partition(cfg.num_units, schedule.num_stages)
+        return schedule, [tuple(int(v) for v in r) for r in partition]
+
+    def planned_peaks(self) -> tuple[int, ...] | None:
+        """The plan's predicted per-stage peak bytes (weights + kept activations),
+        or None when the run has no plan or is not comparable with it."""
+        if not self.plan or plan_run.comparable(self, self.model_config()) is False:
+            return None
+        from planner.plan import load_plan  # lazy: the planner loads JAX
+        return tuple(int(st.predicted_peak_bytes) for st in load_plan(self.plan).stages)
+
+    def adjusted_stages(self, schedule) -> tuple[int, ...]:
+        """Adjusted stages, in the one meaning plan and train output share (plan_run)."""
+        return plan_run.adjusted_stages(self, schedule)
+
+    def plan_labels(self) -> dict:
+        """The plan keys of the run's summary ({} without a plan)."""
+        return plan_run.plan_labels(self)
+
+    def _check_counts(self, schedule, what: str) -> None:
+        for flag, have in (("stages", schedule.num_stages), ("microbatches", schedule.num_microbatches)):
+            want = getattr(self, flag)
+            if want is not None and want != have:
+                raise UsageError(f"--{flag} {want} disagrees with the {have} of {what}")

@@ -1,0 +1,15 @@
+"""What runs a schedule's actions on devices.
+
+    pipeline        a model, a partition, per-stage policies and a Schedule ->
+                    compiled stage programs on their devices and their executor
+    executor        one training iteration: a worker per device, one issue order
+    worker          a device's row of the schedule, issued in order
+    stage_program   one stage as compiled programs: F, B, or I and W
+    backward_split  the backward's jaxpr cut into I and W
+    stage_mesh      a stage's devices: one, or data x tensor
+    stage_shards    how the programs' bodies see a mesh: per data shard
+    placement       which device runs which stage
+    transport       activations and gradients between workers
+    messages        what travels between stages (from schedules.deps)
+    swap            residuals to host memory and back (SO / SI)
+"""

@@ -1,0 +1,98 @@
+"""The files a command is given (obscura_jax.cli.files), checked before any work:
+outputs that are not regular files are never replaced, inputs that are not regular
+files are never read, JSON inputs within depth and integer bounds, schedule files
+within the pipeline bounds. (Each flag end to end: the fuzz tables in commands/.)"""
+import argparse
+import json
+import os
+import socket
+
+import pytest
+
+from obscura_jax.cli.files import (MAX_INT_DIGITS, MAX_JSON_DEPTH, _csv_counts, _kind, check_files,
+                                   check_input_file)
+from obscura_jax.errors import UsageError
+
+
+def ns(**kw):
+    return argparse.Namespace(**kw)
+
+
+def test_what_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "plain").write_text("x")
+    os.symlink(tmp_path / "plain", tmp_path / "link")
+    try:
+        assert _kind(str(tmp_path / "fifo")) == "a FIFO"
+        assert _kind(str(tmp_path / "sock")) == "a socket"
+        assert _kind("/dev/null") == _kind("/dev/zero") == "a character device"
+        assert _kind(str(tmp_path)) == "a directory"
+        assert _kind(str(tmp_path / "plain")) is _kind(str(tmp_path / "link")) is _kind(str(tmp_path / "no")) is None
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("dest, flag", [("json", "--json"), ("csv", "--csv"), ("trace", "--trace"),
+                                        ("torch_csv", "--torch-csv"), ("schedule_json", "--schedule-json")])
+def test_an_output_onto_a_device_or_fifo_is_refused(dest, flag, tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for target in ("/dev/null", str(tmp_path / "fifo")):
+        with pytest.raises(UsageError, match=f"{flag} {target}: is a .*, not a regular file: refusing to replace"):
+            check_files(ns(**{dest: target}))
+    check_files(ns(**{dest: str(tmp_path / "new.json")}))      # absent or regular: the command's own checks
+    check_files(ns(**{dest: str(tmp_path)}))                   # a directory: the command's own line
+
+
+def test_the_gantt_svg_and_compare_out_are_checked_too(tmp_path):
+    os.mkfifo(tmp_path / "chart.svg")
+    with pytest.raises(UsageError, match="--gantt .*chart.svg: is a FIFO"):
+        check_files(ns(gantt=str(tmp_path / "chart.png")))
+    with pytest.raises(UsageError, match="--out /dev/null: is a character device, not a directory"):
+        check_files(ns(out="/dev/null"))
+
+
+@pytest.mark.parametrize("dest", ["data", "plan", "schedule", "from_schedule", "costs", "calibration", "profile",
+                                  "measured", "from_torch_csv"])
+def test_an_input_that_is_not_a_regular_file_is_never_read(dest, tmp_path):
+    os.mkfifo(tmp_path / "fifo")       # opening it to read would block for ever
+    for path, what in ((str(tmp_path / "fifo"), "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(UsageError, match=f"{path}: is {what}, not a regular file"):
+            check_files(ns(**{dest: path}))
+
+
+def test_json_nesting_and_integer_size_are_bounded(tmp_path):
+    deep, wide, big, ok = (tmp_path / n for n in ("deep.json", "wide.json", "big.json", "ok.json"))
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    wide.write_text('{"a": "' + "[" * 5000 + '", "b": ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "}")
+    big.write_text('{"num_stages": ' + "9" * 5000 + "}")
+    ok.write_text(json.dumps({"n": int("9" * MAX_INT_DIGITS)}))
+    with pytest.raises(UsageError, match="--plan .*deep.json: JSON nested 200000 deep; at most 1000"):
+        check_input_file(str(deep), "--plan", json_file=True)
+    with pytest.raises(UsageError, match="JSON holds an integer of 5000 digits"):
+        check_input_file(str(big), "--costs", json_file=True)
+    check_input_file(str(wide), "--costs", json_file=True)    # brackets inside a string are text
+    check_input_file(str(ok), "--costs", json_file=True)
+    (tmp_path / "bad.json").write_text("{nope")                # malformed: the reader's own line
+    check_input_file(str(tmp_path / "bad.json"), "--costs", json_file=True)
+
+
+def test_schedule_and_plan_files_are_held_to_the_pipeline_bounds(tmp_path):
+    def sched(**kw):
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps({"format": "obscura-schedule/1", "name": "x", **kw}))
+        return str(path)
+    with pytest.raises(UsageError, match="number of micro-batches must be <= 65536, got 1000000000000"):
+        check_files(ns(from_schedule=sched(num_stages=2, num_microbatches=10 ** 12, stages=[])))
+    with pytest.raises(UsageError, match="--plan .*number of stages must be <= 1024, got 3000"):
+        check_files(ns(plan=sched(stages=[{}] * 3000)))
+    check_files(ns(schedule=sched(num_stages=4, num_microbatches=8)))
+    csv = tmp_path / "t.csv"
+    csv.write_text("0F0,0F99999999999\n1F0,(1F1;0B2)OVERLAP_F_B\n")
+    assert _csv_counts(str(csv)) == (2, 10 ** 11)
+    with pytest.raises(UsageError, match="--from-torch-csv .*micro-batches must be <= 65536"):
+        check_files(ns(from_torch_csv=str(csv)))
+    csv.write_text("\n".join(f"{s}F0" for s in range(3000)) + "\n")
+    with pytest.raises(UsageError, match="number of stages must be <= 1024, got 3000"):
+        check_files(ns(from_torch_csv=str(csv)))

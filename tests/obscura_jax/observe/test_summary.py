@@ -1,0 +1,57 @@
+"""The run summary (obscura_jax.observe.summary): the in-run swap overlap. (The summary of
+a real run: test_trainer.py.)"""
+import pytest
+
+from obscura_jax.observe.summary import swap_overlap
+from schedules.ir import Action, Kind
+from schedules.timeline import OpRecord, Timeline
+
+
+def testswap_overlap_is_the_share_of_copy_time_under_compute():
+    class Dev:
+        def __init__(self, i):
+            self.id = i
+    f, so, si = Action(0, Kind.F, 0), Action(0, Kind.SO, 0), Action(0, Kind.SI, 0)
+    ops = [OpRecord.of(f, 0.0, 2.0), OpRecord.of(so, 1.0, 3.0), OpRecord.of(si, 5.0, 6.0)]
+    tl = Timeline.from_ops(1, ops)
+    # SO: 1 of its 2 seconds under F; SI: none of its second
+    assert swap_overlap(tl, [Dev(0)]) == pytest.approx(1.0 / 3.0)
+    assert swap_overlap(Timeline.from_ops(1, ops[:1]), [Dev(0)]) is None
+
+
+def test_chunked_schedule_rows_are_model_stages_and_idle_figures_belong_to_the_device():
+    """interleaved on 2 devices: 4 model stages, stage s on device s % 2. A stage row
+    takes its own compute; bubbles and the simulated peak of the device are in
+    pipeline_devices (the summary once indexed per-device statistics by stage)."""
+    from obscura_jax.observe.summary import pipeline_devices, stage_measured
+    from schedules import StageCosts, generate, simulate
+
+    sched = generate("interleaved", 2, 4, virtual_stages=2)
+    assert sched.num_stages == 4 and sched.num_devices == 2
+    costs = StageCosts.uniform(4, fwd=1.0, bwd=2.0, act_bytes=10.0)
+    sim = simulate(sched, costs)
+    rows = [stage_measured(sim, s, alone=False) for s in range(4)]
+    assert [r["compute"] for r in rows] == pytest.approx([4 * 3.0] * 4)   # 4 micro-batches x (F + B)
+    assert all(r["backward_bubble"] is None for r in rows)
+
+    class Measured:
+        pass
+    m = Measured()
+    m.costs = costs
+    devs = pipeline_devices(sched, m, sim, sim)
+    assert [d["stages"] for d in devs] == [[0, 2], [1, 3]]
+    assert [d["measured"]["compute"] for d in devs] == pytest.approx([24.0, 24.0])
+    assert devs[0]["simulated_peak_bytes"] == pytest.approx(
+        sum(costs.weight_bytes[s] for s in (0, 2)) + sim.stages[0].peak_activation_bytes)
+    # one stage per device: the stage row is the device's statistics
+    plain = simulate(generate("1f1b", 2, 4), StageCosts.uniform(2, fwd=1.0, bwd=2.0))
+    assert stage_measured(plain, 1, alone=True)["backward_bubble"] == plain.stages[1].backward_bubble
+
+
+def test_the_serial_estimate_is_for_devices_the_schedule_does_not_share():
+    from obscura_jax.observe.summary import placed_as_written
+    assert placed_as_written((0, 1, 2, 3, 0, 1, 2, 3), [5, 6, 7, 8, 5, 6, 7, 8])   # interleaved on 4 devices
+    assert placed_as_written((0, 1), [3, 4])
+    assert not placed_as_written((0, 1, 2, 3), [0, 0, 0, 0])                      # 1f1b on one GPU
+    assert not placed_as_written((0, 1, 0, 1), [0, 0, 0, 0])                      # interleaved on one device
+    assert not placed_as_written((0, 1, 2, 3), [0, 1, 0, 1])                      # round-robin on 2

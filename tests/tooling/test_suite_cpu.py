@@ -1,0 +1,108 @@
+"""scripts/suite_cpu.py and its plugin tests/cpu_report.py: each test's CPU seconds,
+its own process's and its waited-for children's, reach the report and the printed
+tables; pytest's exit status is passed on; bad options get one line and exit 2.
+The children's CPU is made by a child that spins until its own CPU clock says so: the
+bound holds at any machine speed."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "suite_cpu.py"
+TESTS = '''
+import subprocess, sys, time
+
+SPIN = "import time\\nwhile time.process_time() < 0.3: pass"
+
+def test_spawns_a_busy_child():
+    subprocess.run([sys.executable, "-c", SPIN], check=True, timeout=120)
+
+def test_spins_itself():
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.2:
+        pass
+
+def test_fails_when_asked():
+    import os
+    assert os.environ.get("FAIL_ONE") != "1"
+'''
+
+
+def _run(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    env = dict(os.environ, **(env_extra or {}))
+    env.pop("OBSCURA_CPU_REPORT", None)     # the script sets it for its own pytest
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.fixture
+def tiny_suite(tmp_path) -> Path:
+    path = tmp_path / "test_tiny.py"
+    path.write_text(TESTS)
+    return path
+
+
+def test_each_tests_own_and_childrens_cpu_reach_the_report(tmp_path, tiny_suite):
+    report = tmp_path / "cpu.jsonl"
+    out = _run("--report", str(report), "--top", "5", "--", "-q", "-p", "no:cacheprovider", str(tiny_suite))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {r["test"].split("::")[-1]: r for r in map(json.loads, report.read_text().splitlines())}
+    assert set(rows) == {"test_spawns_a_busy_child", "test_spins_itself", "test_fails_when_asked"}
+    assert rows["test_spawns_a_busy_child"]["children_s"] >= 0.3
+    assert rows["test_spins_itself"]["self_s"] >= 0.2
+    assert rows["test_spins_itself"]["children_s"] < 0.3     # not the child the test before waited for
+    assert "pytest exit 0" in out.stdout
+    assert "3 tests" in out.stdout
+    tests_table, _ = _tables(out.stdout.split("report ", 1)[1])
+    assert tests_table[0][-1].endswith("test_spawns_a_busy_child")     # the heaviest first: the child's 0.3 s
+
+
+def test_pytests_exit_status_is_passed_on(tmp_path, tiny_suite):
+    out = _run("--report", str(tmp_path / "cpu.jsonl"), "--", "-q", "-p", "no:cacheprovider", str(tiny_suite),
+               env_extra={"FAIL_ONE": "1"})
+    assert out.returncode == 1
+    assert "pytest exit 1" in out.stdout
+
+
+def test_read_prints_an_earlier_report_and_runs_nothing(tmp_path):
+    report = tmp_path / "cpu.jsonl"
+    rows = [{"test": "tests/a.py::t1", "module": "tests/a.py", "self_s": 1.0, "children_s": 4.0,
+             "wall_s": 2.0, "worker": "gw0"},
+            {"test": "tests/a.py::t2", "module": "tests/a.py", "self_s": 2.0, "children_s": 0.0,
+             "wall_s": 2.0, "worker": "gw0"},
+            {"test": "tests/b.py::t3", "module": "tests/b.py", "self_s": 3.0, "children_s": 0.0,
+             "wall_s": 3.0, "worker": "gw1"}]
+    report.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _run("--read", str(report), "--top", "2")
+    assert out.returncode == 0, out.stderr
+    assert "3 tests, 10 CPU-s" in out.stdout
+    tests_table, modules_table = _tables(out.stdout)
+    assert [row[-1] for row in tests_table] == ["tests/a.py::t1", "tests/b.py::t3"]     # --top 2, heaviest first
+    assert modules_table[0] == ["7.0", "4.0", "2", "tests/a.py"]
+
+
+def _tables(stdout: str) -> list[list[list[str]]]:
+    """The printed tables (blocks under a "CPU s" header), each as rows of fields."""
+    blocks = [b.strip().splitlines() for b in stdout.split("\n\n")]
+    return [[line.split() for line in b[1:]] for b in blocks if b and b[0].lstrip().startswith("CPU s")]
+
+
+@pytest.mark.parametrize("args, says", [(["--read", "no-such.jsonl"], "no such file"),
+                                        (["--top", "0", "--read", "x"], "--top must be >= 1")])
+def test_bad_options_get_one_line_and_exit_2(tmp_path, args, says):
+    out = _run(*args)
+    assert out.returncode == 2
+    assert says in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_defaults_to_make_tests_flags():
+    """With no PYTEST_ARGS the script measures the suite as `make test` runs it."""
+    import suite_cpu
+
+    from tests.tooling.test_suite_order import make_xdist_flags
+    assert suite_cpu.make_test_args() == ["-q", *make_xdist_flags()]
