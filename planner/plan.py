@@ -19,15 +19,17 @@ the plan records the layout (planner.mesh_plan).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import models
-from planner import families as family_choice
-from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
+from planner.baselines import evaluate_baselines, minimum_memory
 from planner.costs import check_partition, weight_bytes
+from planner.families import search_families
 from planner.errors import InfeasibleError, PlanError
+from planner.family_search import FamilyResult
 from planner.feasibility import limit_text, round_up_limit
 from planner.identify import identify, parse_memory_limit
 from planner.layouts.mesh_costs import MeshLayout
@@ -55,8 +57,8 @@ class PlanResult:
     adjustment: AdjustResult | None
     seconds: float
     searched: Evaluation | None = None   # the search's best (== best unless a baseline won)
-    source: str = "search"               # "search", the baseline or family candidate that won
-    families: Mapping[str, Evaluation] = field(default_factory=dict)   # planner.families' candidates
+    source: str = "search"               # "search", the baseline that won, or "family:NAME"
+    families: Mapping[str, FamilyResult] = field(default_factory=dict)   # every family at its best
 
 
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
@@ -84,15 +86,15 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
                 exact_residuals: bool = True, reserve=0, profile_path=None, families: bool = True,
-                layout: MeshLayout | None = None) -> PlanResult:
+                layout: MeshLayout | None = None, family_names=None) -> PlanResult:
     """Everything `make_plan` does, with the intermediate results kept. `families`:
-    step 6 (off: Obscura on 1F1B and the paper's baselines only). `reserve`
-    (bytes or a size string) is held back from the limit for what the model does
-    not count (XLA scratch buffers, allocator fragmentation). `profile_path`: the
-    file the profile was read from (its name and sha256 go into the plan).
+    step 6, every schedule family at its best (off: Obscura on 1F1B and the paper's
+    baselines only); `family_names`: only these families (planner.families.FAMILIES
+    names). `reserve` (bytes or a size string) is held back from the limit for what
+    the model does not count (allocator fragmentation, a CUDA context). `profile_path`:
+    the file the profile was read from (its name and sha256 go into the plan).
     `layout`: each stage on a data x tensor mesh (planner.mesh_plan; the profile is
-    then one device's at the whole micro-batch, and the limit one device's).
-    Long: the five planning steps in order, each reading the last's result."""
+    then one device's at the whole micro-batch, and the limit one device's)."""
     start = time.perf_counter()
     made_for = PlanSource.of_profile(profile, profile_path)
     mesh = None
@@ -115,7 +117,6 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     even = check_partition(models.even_partition(profile.num_units, p), profile.num_units)
     kept = (mesh.unit_kept if mesh is not None else exact_unit_kept(profile)) if exact_residuals else None
     setting = Setting(profile, m, usable, kept)
-
     weights = [weight_bytes(profile, units) for units in even]
     if max(weights) > usable:   # answered before any search (smallest_feasible_limit finds the floor)
         s = max(range(p), key=lambda i: weights[i])
@@ -123,8 +124,58 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below stage {s}'s weights alone "
             f"({format_bytes(weights[s] + held, 2)} with the reserve); the smallest feasible limit is above "
             "that (planner.smallest_feasible_limit computes it)")
+    paper = obscura_search(setting, even, cmb, swap, partition, ip)
+    baselines = evaluate_baselines(setting, even)
+    candidates: dict = {}
+    if families:
+        extra = {"1f1b": {"obscura (paper search)": paper.best}} if paper.best is not None and paper.best.fits else {}
+        candidates = search_families(setting, p, swap, family_names, extra)
+    pick, source = _pick(paper, baselines, candidates)
+    if pick is None:
+        need = min([paper.need] + [r.needs for r in candidates.values()])
+        raise InfeasibleError(
+            f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what every schedule family needs "
+            f"with its leanest recompute and swaps; the smallest feasible limit is {limit_text(need + held)}",
+            round_up_limit(need + held))
+    plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for)
+    if mesh is not None:
+        plan = mesh.timed(plan, pick, baselines)
+    return PlanResult(plan, pick, baselines, paper.identified, paper.last_adjusted, paper.even or pick,
+                      paper.adjustment, time.perf_counter() - start, paper.best, source, candidates)
 
-    ident = identify(profile, even, m, usable, cmb, setting.unit_kept)
+
+def _pick(paper, baselines, families) -> tuple[Evaluation | None, str]:
+    """The fastest fitting of Obscura's own search ("search"), the paper's
+    baselines (by name) and every family's best ("family:NAME")."""
+    options = []
+    if paper.best is not None and paper.best.fits:
+        options.append((paper.best, "search"))
+    options += [(ev, name) for name, ev in baselines.items() if ev.fits]
+    options += [(r.best.evaluation, f"family:{name}") for name, r in families.items() if r.best is not None]
+    if not options:
+        return None, "none"
+    best = min(options, key=lambda t: rank(t[0]))
+    return best
+
+
+@dataclass(frozen=True)
+class PaperSearch:
+    """Obscura's own search on 1F1B (the paper's steps 2-4)."""
+    best: Evaluation | None          # None: nothing it may choose fits
+    even: Evaluation | None          # its best on the even partition
+    identified: int
+    last_adjusted: int
+    adjustment: AdjustResult | None
+    need: float                      # the least limit its configuration space needs (inf: unknown)
+
+
+def obscura_search(setting: Setting, even, cmb: bool, swap: bool, partition: bool, ip: bool) -> PaperSearch:
+    """Identify adjusted stages 0..k (CMB-Identifying), then swapping-aware
+    recompute (the IP over the swap grid, best by simulated time), escalating k until
+    something fits, then partition adjustment (Algorithm 1) when it simulates faster.
+    Long: the paper's planning steps in order, each reading the last's result."""
+    profile, p = setting.profile, len(even)
+    ident = identify(profile, even, setting.num_microbatches, setting.memory_limit, cmb, setting.unit_kept)
     k, best = ident.last_adjusted, None
     if k < 0:
         best = simulate_config(setting, Config("1f1b", even, (), ident.recompute, (0,) * p))
@@ -136,13 +187,11 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             best = best_obscura(setting, even, k, fixed, swap, ip) if fixed is not None else None
             if best is not None:
                 break
+    need = math.inf
     if best is None or not best.fits:
         need, floor = minimum_memory(setting, even, cmb, swap)
         if floor is None or not floor.fits:
-            what = "whole-unit recompute" + (" and the most swapping" if swap else "")
-            raise InfeasibleError(
-                f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what {what} needs; "
-                f"the smallest feasible limit is {limit_text(need + held)}", round_up_limit(need + held))
+            return PaperSearch(None, None, ident.last_adjusted, k, None, need)
         best = floor  # the search's grid missed it; the memory floor itself fits
         k = max(best.config.adjusted, default=-1)
     even_best = best
@@ -155,21 +204,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             cand = best_obscura(setting, adjustment.partition, k, fixed, swap, ip) if fixed else None
             if cand is not None and rank(cand) < rank(best):
                 best = cand
-    family_base = family_baselines(setting, even) if families else {}
-    baselines = {**evaluate_baselines(setting, even), **family_base}
-    searched, source = best, "search"
-    for name, ev in baselines.items():  # never hand out a plan slower than a baseline that fits
-        if ev.fits and rank(ev) < rank(best):
-            best, source = ev, name
-    candidates: dict = {}
-    if families:
-        best, family_source, candidates = family_choice.choose(setting, even, best, searched, family_base)
-        source = family_source or source
-    plan = replace(_to_plan(best, m, limit, baselines, profile.op_names), source=made_for)
-    if mesh is not None:
-        plan = mesh.timed(plan, best, baselines)
-    return PlanResult(plan, best, baselines, ident.last_adjusted, k, even_best, adjustment,
-                      time.perf_counter() - start, searched, source, candidates)
+    return PaperSearch(best, even_best, ident.last_adjusted, k, adjustment, need)
 
 
 def make_plan(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, cmb: bool = True,

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from planner.costs import Partition, check_partition
 from planner.errors import PlanError
-from planner.families import family_of
+from planner.names import family_of
 from planner.plan_meta import PlanSource, layout_from_json, source_from_json
 from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
 from schedules.generators import CHUNKED

@@ -1,0 +1,287 @@
+"""One search for every schedule family: Obscura's choices on each family's own order.
+
+For a family (planner.families: its generator, chunks per device, and the generator
+of Obscura's transformation on it where one exists) the search tries, under the
+memory limit and judged by the simulator and the one memory fold:
+
+    plain        the family's order; each device recomputes the least that fits
+                 (per stage, per-op sets: planner.device_choice over
+                 planner.recompute_options, sized by planner.memory_rows)
+    + swaps      the same with lambda blocks per recomputing device swapped at
+                 beta (the swap pass, generators/swap.py); a swapped block must
+                 hide under one forward + backward (Eq. 4's constraint)
+    Obscura on   the family's order transformed (dependency relaxation and
+                 migration, generated under the chosen sets' costs, the stages
+                 that recompute adjusted), its sets chosen again on the new order
+
+Every candidate is simulated; one the simulator finds over the limit on a device
+(the order fold does not see the inbox or a swap still copying) has that device's
+room cut by what the fold missed there and is chosen again (at most MAX_TIGHTEN
+times). The
+family's result is its fastest fitting candidate, its fastest with no limit (the
+plain order, nothing recomputed) and, when nothing fits, the least any candidate
+needs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from planner.costs import Partition, stage_costs, weight_bytes, working_bytes
+from planner.device_choice import choose_device, fastest, leanest
+from planner.memory_rows import device_rows
+from planner.profile import Profile
+from planner.recompute_options import Option, stage_options
+from planner.search import BETA_GRID, Config, Evaluation, Setting, rank, recompute_names
+from planner.time_model import swap_hides
+from schedules import Schedule, ScheduleError, StageCosts, generate
+from schedules.generators.common import assemble_devices, warmup_count
+from schedules.generators.swap import add_swaps
+from schedules.simulator import held_peaks
+
+MAX_TIGHTEN = 6
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a family, as evaluated."""
+    variant: str                 # "plain", "plain+swap", "obscura", "obscura+swap", ...
+    evaluation: Evaluation
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    family: str
+    best: Candidate | None               # fastest fitting (None: nothing fits)
+    unlimited: Evaluation                 # fastest with no limit (plain order, nothing recomputed)
+    needs: float                          # the least peak any candidate needs (max over devices)
+    candidates: tuple[Candidate, ...] = field(default=(), compare=False)
+
+
+def compute_rows(schedule: Schedule) -> list[list]:
+    """The schedule's device rows without its swaps."""
+    return [[a for a in row if a.is_compute] for row in schedule.rows]
+
+
+def _placed(name: str, base: Schedule, rows, swap_blocks, beta: float) -> Schedule:
+    """A validated Schedule of `rows` (swaps added) on base's placement, nothing recomputed."""
+    rows = add_swaps(rows, swap_blocks) if any(swap_blocks) else [list(r) for r in rows]
+    return assemble_devices(name, base.num_microbatches, rows, base.stage_to_device, (), (),
+                            beta if any(swap_blocks) else 0.0)
+
+
+def _with_sets(sched: Schedule, recompute, op_order) -> Schedule:
+    """`sched` with each stage's recompute set (the order is the same: no new validation)."""
+    stages = tuple(replace(spec, recompute=recompute_names(recompute[s], op_order))
+                   for s, spec in enumerate(sched.stages))
+    return replace(sched, stages=stages)
+
+
+def evaluate(setting: Setting, placed: Schedule, partition: Partition, recompute, virtual_stages: int = 1
+             ) -> Evaluation:
+    """Simulate one family configuration (`placed`: its order with its swaps); peaks
+    are per DEVICE: its stages' weights, its held activations and inbox (the fold on
+    the simulated timeline), and the largest rematerialisation working set among its
+    stages."""
+    prof = setting.profile
+    sched = _with_sets(placed, recompute, setting.op_order)
+    costs = stage_costs(prof, partition, recompute, unit_kept=setting.unit_kept)
+    makespan, act = held_peaks(sched, costs, check=False)
+    devices = range(sched.num_devices)
+    per_stage = [working_bytes(prof, u, r) for u, r in zip(partition, recompute)]
+    work = tuple(max(per_stage[s] for s in sched.stages_on(d)) for d in devices)
+    weights = [sum(costs.weight_bytes[s] for s in sched.stages_on(d)) for d in devices]
+    peaks = tuple(weights[d] + act[d] + work[d] for d in devices)
+    adjusted = tuple(s for s in range(len(partition)) if recompute[s])
+    lam = tuple(spec.swap_blocks for spec in sched.stages)
+    beta = max((spec.swap_fraction for spec in sched.stages), default=0.0)
+    config = Config(sched.name, partition, adjusted, tuple(recompute), lam, beta if any(lam) else 0.0,
+                    virtual_stages=virtual_stages)
+    return Evaluation(config, sched, costs, makespan, act, work, peaks, setting.memory_limit)
+
+
+@dataclass
+class _Order:
+    """An order under search: its compute rows, per-stage options and the fold's rows."""
+    setting: Setting
+    name: str
+    base: Schedule
+    partition: Partition
+    rows: list
+    virtual_stages: int
+
+    def options(self) -> list[tuple[Option, ...]]:
+        prof = self.setting.profile
+        traced = self.setting.unit_kept is not None
+        return [stage_options(prof, u, traced) for u in self.partition]
+
+
+def settle(order: _Order, swap_blocks=None, beta: float = 0.0, limit: float | None = None
+           ) -> tuple[Evaluation | None, Evaluation]:
+    """(the fastest fitting evaluation of `order` at this swap point, None) with
+    each device's sets chosen for `limit` (default the setting's); when nothing
+    fits, (None, the leanest evaluation: what the order needs at least)."""
+    setting, part = order.setting, order.partition
+    prof = setting.profile
+    limit = setting.memory_limit if limit is None else limit
+    lam = tuple(swap_blocks) if swap_blocks is not None else (0,) * len(order.rows)
+    placed = _placed(order.name, order.base, order.rows, lam, beta)
+    none_costs = stage_costs(prof, part, [frozenset()] * len(part), unit_kept=setting.unit_kept)
+    options = order.options()
+    weights = [sum(weight_bytes(prof, part[s]) for s in placed.stages_on(d)) for d in range(placed.num_devices)]
+    rows = [device_rows(placed, none_costs, d) for d in range(placed.num_devices)]
+    allowed = _hiding(prof, part, placed, beta, lam)
+
+    def lean_ev() -> Evaluation:
+        lean = _sets(rows, [leanest(r, [options[s] for s in r.stages]) for r in rows], len(part))
+        return evaluate(setting, placed, part, lean, order.virtual_stages)
+    margin = [0.0] * len(rows)
+    chosen: list = [None] * len(rows)
+    redo = set(range(len(rows)))
+    for _ in range(MAX_TIGHTEN):
+        for d in sorted(redo):
+            r = rows[d]
+            got = choose_device(r, [options[s] for s in r.stages], limit - weights[d] - margin[d],
+                                (lambda i, o, r=r: allowed(r.stages[i], o)) if allowed else None)
+            if got is None:
+                return None, lean_ev()
+            chosen[d] = got
+        ev = evaluate(setting, placed, part, _sets(rows, chosen, len(part)), order.virtual_stages)
+        redo = {d for d, pk in enumerate(ev.peaks) if pk > limit}
+        if not redo:
+            return ev, None
+        for d in redo:   # what the fold over the order missed on this device, and a little more
+            unseen = ev.peaks[d] - weights[d] - chosen[d].peak
+            margin[d] = max(margin[d] + (ev.peaks[d] - limit), unseen) * 1.01 + 1e-9 * limit
+    return None, lean_ev()
+
+
+def _sets(rows, chosen, num_stages: int) -> tuple[frozenset[str], ...]:
+    out = [frozenset()] * num_stages
+    for r, c in zip(rows, chosen):
+        for s, o in zip(r.stages, c.options):
+            out[s] = o.recompute
+    return tuple(out)
+
+
+def _hiding(prof: Profile, partition: Partition, sched: Schedule, beta: float, lam) -> Callable | None:
+    """A filter of options on swapping devices: a swapped block must hide (Eq. 4)."""
+    if not any(lam) or beta <= 0:
+        return None
+    swapping = {s for s in range(len(partition)) if lam[sched.stage_to_device[s]]}
+    costs = stage_costs(prof, partition, [frozenset()] * len(partition))
+
+    def ok(stage: int, option: Option) -> bool:
+        if stage not in swapping:
+            return True
+        return swap_hides(option.kept, beta, prof.host_bandwidth, costs.fwd[stage], costs.bwd[stage], option.time)
+    return ok
+
+
+def unlimited(order: _Order) -> Evaluation:
+    """The order with nothing recomputed and no swaps: the family's fastest."""
+    n = len(order.partition)
+    placed = _placed(order.name, order.base, order.rows, (0,) * len(order.rows), 0.0)
+    return evaluate(order.setting, placed, order.partition, (frozenset(),) * n, order.virtual_stages)
+
+
+def swap_lambdas(rows, recomputing_devices) -> list[tuple[int, ...]]:
+    """lambda per device to try: every recomputing device swaps lam blocks (at most
+    its warm-up forwards less one), lam = 1, 2, 4, ... up to the largest warm-up."""
+    warm = [warmup_count(r) for r in rows]
+    top = max((warm[d] - 1 for d in recomputing_devices), default=0)
+    out, lam = [], 1
+    while lam <= top:
+        per = tuple(min(lam, warm[d] - 1) if d in recomputing_devices else 0 for d in range(len(rows)))
+        if any(per) and per not in out:
+            out.append(per)
+        lam *= 2
+    return out
+
+
+def best_of(candidates: list[Candidate]) -> Candidate | None:
+    fitting = [c for c in candidates if c.evaluation.fits]
+    return min(fitting, key=lambda c: rank(c.evaluation)) if fitting else None
+
+
+def search_order(order: _Order, variant: str, swap: bool) -> tuple[list[Candidate], list[Evaluation]]:
+    """Every candidate of one order: no swap, then swaps on the devices that
+    recompute, by coordinates: the most blocks at beta 1 and 1/2; if either beats
+    not swapping, every lambda at the better beta, then every beta at the best
+    lambda (BETA_GRID)."""
+    found, leans = [], []
+    ev, lean = settle(order)
+    if lean is not None:
+        leans.append(lean)
+    if ev is not None:
+        found.append(Candidate(variant, ev))
+    recomputing = {order.base.stage_to_device[s] for s, r in enumerate((ev or lean).config.recompute) if r}
+    lams = swap_lambdas(order.rows, recomputing) if swap else []
+    if not lams:
+        return found, leans
+    tried: dict = {}
+
+    def at(lam, beta):
+        if (lam, beta) not in tried:
+            got, lean_s = settle(order, lam, beta)
+            tried[lam, beta] = got
+            if lean_s is not None:
+                leans.append(lean_s)
+            if got is not None:
+                found.append(Candidate(f"{variant}+swap", got))
+        return tried[lam, beta]
+
+    def score(got):
+        return rank(got) if got is not None else (math.inf,)
+
+    probes = [(lams[-1], 1.0), (lams[-1], 0.5)]
+    for lam, beta in probes:
+        at(lam, beta)
+    best_probe = min(probes, key=lambda pt: score(tried[pt]))
+    if tried[best_probe] is None or (ev is not None and rank(ev) <= rank(tried[best_probe])):
+        return found, leans
+    beta = best_probe[1]
+    best_lam = min(lams, key=lambda lam: score(at(lam, beta)))
+    for b in BETA_GRID:
+        at(best_lam, b)
+    return found, leans
+
+
+def order_of(setting: Setting, name: str, num_devices: int, partition: Partition, virtual_stages: int,
+             **kw) -> _Order:
+    """The compute order of generator `name` for the family's partition."""
+    extra = dict(kw)
+    if virtual_stages > 1 and name in _CHUNK_ARG:
+        extra["virtual_stages"] = virtual_stages
+    sched = generate(name, num_devices, setting.num_microbatches, **extra)
+    if sched.num_stages != len(partition):
+        raise ScheduleError(f"{name} builds {sched.num_stages} stages, the partition has {len(partition)}")
+    return _Order(setting, name, sched, partition, compute_rows(sched), virtual_stages)
+
+
+_CHUNK_ARG = ("interleaved", "obscura-interleaved", "interleaved-zb", "obscura-interleaved-zb", "looped-bfs")
+
+
+def chosen_costs(setting: Setting, ev: Evaluation) -> StageCosts:
+    return stage_costs(setting.profile, ev.config.partition, ev.config.recompute, unit_kept=setting.unit_kept)
+
+
+def transformed(setting: Setting, obscura: str, order: _Order, ev: Evaluation, swap: bool
+                ) -> tuple[list[Candidate], list[Evaluation]]:
+    """Obscura's transformation on the family's order, generated under `ev`'s
+    sets (its recomputing stages adjusted), then searched like any order."""
+    adjusted = tuple(s for s, r in enumerate(ev.config.recompute) if r)
+    if not adjusted:
+        return [], []
+    p = order.base.num_devices
+    try:
+        new = order_of(setting, obscura, p, order.partition, order.virtual_stages, adjusted=adjusted,
+                       costs=chosen_costs(setting, ev))
+    except ScheduleError:
+        return [], []
+    return search_order(new, "obscura", swap)
+
+
+def needs_of(evaluations) -> float:
+    return min((max(ev.peaks) for ev in evaluations), default=math.inf)
