@@ -20,7 +20,7 @@ from schedules.generators.obscura import obscura
 from schedules.generators.obscura_on import obscura_interleaved, obscura_interleaved_zb, obscura_zb_h1
 from schedules.generators.one_f_one_b import one_f_one_b, recomp
 from schedules.generators.strawman import strawman
-from schedules.generators.zero_bubble import zb_h1, zb_h1_capped, zb_v
+from schedules.generators.zero_bubble import zb_h1, zb_h1_capped, zb_h2, zb_v
 from schedules.ir import Schedule
 from schedules.validator import validate
 
@@ -33,6 +33,7 @@ SCHEDULES = {
     "interleaved": interleaved,
     "zb-h1": zb_h1,
     "zb-h1-capped": zb_h1_capped,
+    "zb-h2": zb_h2,
     "zb-v": zb_v,
     "interleaved-zb": interleaved_zb,
     "looped-bfs": looped_bfs,
