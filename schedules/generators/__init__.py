@@ -21,6 +21,7 @@ from schedules.generators.obscura_on import obscura_interleaved, obscura_interle
 from schedules.generators.one_f_one_b import one_f_one_b, recomp
 from schedules.generators.strawman import strawman
 from schedules.generators.zero_bubble import zb_h1, zb_h1_capped, zb_h2, zb_v
+from schedules.generators.zero_bubble_auto import zb_1p, zb_2p
 from schedules.ir import Schedule
 from schedules.validator import validate
 
@@ -34,6 +35,8 @@ SCHEDULES = {
     "zb-h1": zb_h1,
     "zb-h1-capped": zb_h1_capped,
     "zb-h2": zb_h2,
+    "zb-1p": zb_1p,
+    "zb-2p": zb_2p,
     "zb-v": zb_v,
     "interleaved-zb": interleaved_zb,
     "looped-bfs": looped_bfs,
