@@ -208,10 +208,12 @@ def zb_auto(num_stages: int, num_microbatches: int, *, memory_limit, adjusted=No
 
 
 def times_1f1b(factor: int, num_stages: int):
-    """The limit `factor` x 1F1B's activation memory, p M_B on each device (M_B: its
-    block), plus room for one I's rise above it (a recomputing stage's
-    re-materialised residuals, or a measured M_W above M_B), which 1F1B's full
-    backward does not hold but a split one does."""
+    """The limit `factor` x 1F1B's activation memory, p M_B on each device, plus
+    room for one I's rise above it (a recomputing stage's re-materialised
+    residuals, or a measured M_W above M_B), which 1F1B's full backward does not
+    hold but a split one does. M_B is each device's own block: the paper's one
+    M_limit = p M_B for every stage assumes even stages, where the two agree (the
+    authors' code takes the largest of the first two stages' M_B)."""
     def limit(charge: Sequence[BlockCharge]) -> tuple[float, ...]:
         return tuple(factor * num_stages * c.forward + c.input_rise for c in charge)
     return limit
