@@ -100,7 +100,7 @@ def test_the_device_relaxation_resimulates_to_its_own_makespan(case):
     assert simulate(relaxed, costs).makespan == t
 
 
-@settings(max_examples=examples(30), **SETTINGS)
+@settings(max_examples=examples(15), **SETTINGS)
 @given(device_relaxations(), st.sampled_from([frozenset(), frozenset({Kind.W}), frozenset({Kind.W, Kind.F})]),
        st.booleans())
 def test_gap_fitting_choosers_resimulate_and_keep_their_caps(case, fits, merge_forwards):
