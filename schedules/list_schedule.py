@@ -9,9 +9,12 @@ chooser each device gets:
     Relaxed                 whenever the device is free it starts the first of its
                             queues' heads, in its preference order, whose inputs have
                             arrived; a forward only while it holds fewer than `cap`
-                            blocks: the relaxations (generators/relax.py: the paper's
-                            alternation; generators/device_relax.py: row order), and
-                            so the cap bisection (generators/caps.py)
+                            blocks (or, with `sizes`, an action only while what it
+                            adds keeps the device within `cap`): the relaxations
+                            (generators/relax.py: the paper's alternation;
+                            generators/device_relax.py: row order), and so the cap
+                            bisection (generators/caps.py) and the zero-bubble
+                            heuristic under a memory limit (generators/zero_bubble_auto.py)
 
 An action starts at the latest of its inputs' ends (plus the transfer from another
 device) and of its lane's rule (schedules/actions.py): compute runs in the order
@@ -49,10 +52,19 @@ class Relaxed:
     device may hold (a forward adds one; a W, or a B without one, frees it);
     `alternate`: prefer the queue after the one it placed from last (a forward
     after a backward and the other way round: the paper's 1:1 interleaving), else
-    prefer the head listed first in the row."""
+    prefer the head listed first in the row. `sizes` (action index -> (rise, net)),
+    when given, counts the cap in those units instead of blocks: an action starts
+    only while held + rise <= cap, and placing it adds net (e.g. bytes, as the
+    memory fold counts them: schedules.memory.block_levels). `fits`: kinds that
+    start only in a gap they fit (_choose_fitting: a warm-up F that would delay
+    the first backward-input step, a W that would delay anything, wait; a W
+    still starts when a head waits for room): the zero-bubble paper's switches
+    (section 3.1), a forward that delays the first B, and W only in gaps it fills."""
     queues: tuple[tuple[int, ...], ...]
     cap: float = math.inf
     alternate: bool = False
+    sizes: dict[int, tuple[float, float]] | None = None
+    fits: frozenset = frozenset()
 
 
 @dataclass
@@ -165,33 +177,40 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         ch = state[d]
         chosen = slot = None
         soonest = math.inf
-        cap_full = ch.held >= ch.cap
-        k = -1
-        for i, _ in ch.candidates():
-            k += 1
-            if cap_full and kind[i] is _F:
-                continue
-            r = 0.0
-            for j, b in deps[i]:
-                e = end[j]
-                if e is None:
-                    r = None
-                    break
-                e += lag[b]
-                if e > r:
-                    r = e
-            if r is not None:
-                if r <= t:
-                    chosen, slot, ready = i, k, r
-                    break
-                if r < soonest:
-                    soonest = r
+        if ch.fits:
+            chosen, slot, ready, soonest = _choose_fitting(ch, t, kind, deps, end, lag, dur)
+        else:
+            cap_full = ch.held >= ch.cap
+            sizes = ch.sizes
+            k = -1
+            for i, _ in ch.candidates():
+                k += 1
+                if sizes is None:
+                    if cap_full and kind[i] is _F:
+                        continue
+                elif ch.held + sizes[i][0] > ch.cap:
+                    continue
+                r = 0.0
+                for j, b in deps[i]:
+                    e = end[j]
+                    if e is None:
+                        r = None
+                        break
+                    e += lag[b]
+                    if e > r:
+                        r = e
+                if r is not None:
+                    if r <= t:
+                        chosen, slot, ready = i, k, r
+                        break
+                    if r < soonest:
+                        soonest = r
         if chosen is None:
             if soonest < math.inf:
                 push(events, (soonest, seq, d))
                 seq += 1
             continue    # otherwise woken when something it waits on is placed
-        ch.take(slot, kind[chosen])
+        ch.take(slot, chosen, kind[chosen])
         st = ready if ready > free else free
         e = compute_end[d] = end[chosen] = st + dur[chosen]
         start[chosen] = st
@@ -207,6 +226,53 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
             else:
                 pending.append(other)
     return Run(start, end, order, placed == total, False, halves)
+
+
+def _choose_fitting(ch, t, kind, deps, end, lag, dur):
+    """(action, slot, ready time, soonest) for a relaxed device whose `fits` kinds
+    start only in a gap they fit: the first ready head in preference order, where
+    an F before the device's first backward must end before the soonest I or B
+    whose inputs are placed can start (the warm-up's last forwards), and
+    a W before any other head can (an input not placed yet arrives no sooner than
+    t + its producer's duration + transfer: a relaxed device decides in time
+    order), unless some head waits for room (the W frees it).
+    (None, None, None, soonest) if none may start at t."""
+    cap_full = ch.held >= ch.cap
+    sizes, fits = ch.sizes, ch.fits
+    heads = []
+    room = False
+    soonest = before_b = before_any = math.inf
+    for k, (i, _) in enumerate(ch.candidates()):
+        if (cap_full and kind[i] is _F) if sizes is None else ch.held + sizes[i][0] > ch.cap:
+            room = True         # a W frees room for it, however late its inputs
+            continue
+        r, lower = 0.0, t
+        for j, b in deps[i]:
+            e = end[j]
+            if e is None:
+                r = None
+                e = t + dur[j]
+            e += lag[b]
+            if r is not None and e > r:
+                r = e
+            if e > lower:
+                lower = e
+        heads.append((k, i, r))
+        if r is not None and t < r < soonest:
+            soonest = r
+        if kind[i] is not _W:
+            before_any = min(before_any, lower)
+            if kind[i] is not _F and r is not None:
+                before_b = min(before_b, r)
+    for k, i, r in heads:
+        if r is None or r > t:
+            continue
+        ki = kind[i]
+        if ki in fits and not (ki is _W and room) and not (ki is _F and ch.backwards) \
+                and t + dur[i] > (before_b if ki is _F else before_any):
+            continue
+        return i, k, r, soonest
+    return None, None, None, soonest
 
 
 def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
@@ -260,10 +326,13 @@ class _ChooserState:
     def __init__(self, chooser: Relaxed) -> None:
         self.queues = [q for q in chooser.queues if q]
         self.cap = chooser.cap
+        self.sizes = chooser.sizes
+        self.fits = chooser.fits
         self.alternate = chooser.alternate
         self.pos = [0] * len(self.queues)
         self.heads = sorted((q[0], j) for j, q in enumerate(self.queues))
         self.held = 0
+        self.backwards = 0       # B and I placed
         self.last = 0            # alternate: the queue placed from last (the first, before any)
         self._turn = self.heads
 
@@ -276,8 +345,8 @@ class _ChooserState:
         self._turn = [(q[j][pos[j]], j) for j in turn if pos[j] < len(q[j])]
         return self._turn
 
-    def take(self, slot: int, kind: Kind) -> None:
-        """Place the head at `slot` of the last candidates()."""
+    def take(self, slot: int, index: int, kind: Kind) -> None:
+        """Place the head at `slot` of the last candidates() (action `index`)."""
         if self.alternate:
             _, j = self._turn[slot]
         else:
@@ -286,7 +355,11 @@ class _ChooserState:
         if not self.alternate and self.pos[j] < len(self.queues[j]):
             bisect.insort(self.heads, (self.queues[j][self.pos[j]], j))
         self.last = j
-        if kind is _F:
+        if kind is not _F and kind is not _W:
+            self.backwards += 1
+        if self.sizes is not None:
+            self.held += self.sizes[index][1]
+        elif kind is _F:
             self.held += 1
         elif kind is _W or kind is _B:     # a B here is a full one (its block has no W)
             self.held -= 1

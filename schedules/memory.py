@@ -30,7 +30,9 @@ i-th action of a row starts at 2i and ends at 2i + 1): what the cap search holds
 (generators/caps.py), the swap pass keeps resident (generators/swap.py), the
 recompute IP's resident blocks and the planner's lower bound read, and a 1F1B
 stage holds in the layout sweep. `fold_levels` is its running sum, which the
-runtime's MemoryLedger settles in issue order.
+runtime's MemoryLedger settles in issue order; `block_levels` is the fold over
+one block's F, I and W, what the zero-bubble heuristic charges each action
+under a memory limit (generators/zero_bubble_auto.py).
 """
 from __future__ import annotations
 
@@ -183,6 +185,25 @@ class Levels:
             found = _event(effect, st, o)
             if found is not None:
                 self.apply(found[1], o)
+
+
+def block_levels(st: StageMemory, kinds=(Kind.F, Kind.I, Kind.W)) -> tuple[tuple[float, ...], ...]:
+    """One block's resident bytes after each memory effect of each of `kinds` in
+    turn (the fold over one split backward: F, I, W), one tuple per kind: what a
+    chooser that caps a device's memory charges each action (its rise above the
+    level before it, and what it leaves)."""
+    levels = Levels(Uniform(st))
+    out = []
+    for k in kinds:
+        op = OrderOp(0.0, 0.0, 0, k, 0)
+        steps = []
+        for _, effect in KINDS[effective_kind(k, True)].memory:
+            found = _event(effect, st, op)
+            if found is not None:
+                levels.apply(found[1], op)
+            steps.append(levels.total)
+        out.append(tuple(steps))
+    return tuple(out)
 
 
 def _levels(events, memory):

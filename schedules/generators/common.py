@@ -1,8 +1,11 @@
-"""Shared pieces of the generators: the `adjusted` argument, the 1F1B-shaped row,
-and assembling a validated Schedule (one stage per device, or device rows).
+"""Shared pieces of the generators: the preamble every generator starts with
+(`setup`: sizes, `adjusted`, recompute; `check_warmup`), the 1F1B-shaped row, and
+assembling a validated Schedule (one stage per device, or device rows; with the
+swap pass first: swap.swapped_schedule).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from schedules.errors import ScheduleError
@@ -54,6 +57,34 @@ def check_recompute(recompute) -> tuple[str, ...]:
     if not rec or not all(isinstance(r, str) and r for r in rec):
         raise ScheduleError(f"recompute must be a non-empty tuple of op or preset names, got {recompute!r}")
     return rec
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A generator's checked arguments: the pipeline depth p (devices), the
+    micro-batches m, the model stages it builds (p, or 2p for a V), the adjusted
+    model stages and the recompute set they get."""
+    num_devices: int
+    num_microbatches: int
+    num_stages: int
+    adjusted: tuple[int, ...]
+    recompute: tuple[str, ...]
+
+
+def setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device: int = 1) -> Setup:
+    """The preamble: sizes checked, `adjusted` resolved over the model stages
+    (`stages_per_device` x p of them), the recompute set checked."""
+    p, m = check_sizes(num_stages, num_microbatches)
+    n = p * stages_per_device
+    return Setup(p, m, n, resolve_adjusted(adjusted, n), check_recompute(recompute))
+
+
+def check_warmup(warmup, count: int) -> tuple[int, ...]:
+    """A per-row warm-up override: `count` integers >= 1."""
+    warm = tuple(warmup)
+    if len(warm) != count or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warm):
+        raise ScheduleError(f"warmup must hold {count} integers >= 1, got {warmup!r}")
+    return warm
 
 
 def one_f_one_b_row(stage: int, num_microbatches: int, warmup: int) -> list[Action]:

@@ -18,6 +18,7 @@ the cap search (generators/caps.py) runs it dozens of times per schedule.
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
@@ -32,7 +33,9 @@ class DeviceRelaxation:
     """The relaxation of `base` (compute actions only: swaps are added after) under
     `costs`; call it with caps {device: blocks}."""
 
-    def __init__(self, base: Schedule, costs: StageCosts) -> None:
+    def __init__(self, base: Schedule, costs: StageCosts, merge_forwards: bool = False) -> None:
+        """`merge_forwards`: a device's forwards of all its stages are one queue, in
+        row order (a later chunk's forward never overtakes an earlier one's)."""
         if any(not a.is_compute for row in base.rows for a in row):
             raise ScheduleError("device relaxation: rows may hold compute actions only (add swaps afterwards)")
         self.run = price_schedule(base, costs)
@@ -41,16 +44,23 @@ class DeviceRelaxation:
             by_queue: dict[tuple, list[int]] = {}
             for i in ids:
                 a = self.run.actions[i]
-                by_queue.setdefault((a.stage, _QUEUE[a.kind]), []).append(i)
+                key = "F" if merge_forwards and a.kind is Kind.F else (a.stage, _QUEUE[a.kind])
+                by_queue.setdefault(key, []).append(i)
             self.queues.append(tuple(tuple(q) for q in by_queue.values()))
 
-    def __call__(self, caps: dict[int, int], limit: float = math.inf
+    def __call__(self, caps: dict[int, float], limit: float = math.inf,
+                 sizes: Mapping[Action, tuple[float, float]] | None = None, fits: frozenset = frozenset()
                  ) -> tuple[list[list[Action]], float] | None:
         """(rows, makespan: what the simulator gives them under the same costs), or
         None if the caps deadlock, or once the makespan is sure to exceed `limit`
-        (a device's remaining work cannot end by then)."""
-        done = list_schedule(self.run, {d: Relaxed(self.queues[d], cap) for d, cap in caps.items()}, limit)
+        (a device's remaining work cannot end by then). `sizes` (every action of
+        the capped devices -> (rise, net)) counts the caps in those units (e.g.
+        bytes) instead of blocks; `fits`: kinds that start only in a gap they fit
+        (both: schedules.list_schedule.Relaxed)."""
+        acts = self.run.actions
+        by_index = None if sizes is None else {i: sizes[a] for i, a in enumerate(acts) if a in sizes}
+        done = list_schedule(self.run, {d: Relaxed(self.queues[d], cap, sizes=by_index, fits=fits)
+                                        for d, cap in caps.items()}, limit)
         if not done.complete:
             return None
-        acts = self.run.actions
         return [[acts[i] for i in ids] for ids in done.order], done.makespan

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
+from schedules.generators.common import (assemble, check_recompute, check_sizes, check_warmup, one_f_one_b_row,
                                           resolve_adjusted)
 from schedules.generators.caps import bisect_caps
 from schedules.generators.relax import relaxed_rows
@@ -101,9 +101,7 @@ def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adj}
     swapping = swap_intent(swap_blocks, swap_fraction, adj)
     if warmup is not None:
-        warmup = tuple(warmup)
-        if len(warmup) != p or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warmup):
-            raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
+        warmup = check_warmup(warmup, p)
         caps = {s: min(warmup[s], m) for s in adj}
         fixed = {s: one_f_one_b_row(s, m, warmup[s]) for s in fixed}
         for s, lo in min_caps(p, m, adj, [min(w, m) for w in warmup]).items():

@@ -32,8 +32,7 @@ Recomp-0 (r=1: stage 0's backwards take b+r = 3), makespan 38:
 """
 from __future__ import annotations
 
-from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
+from schedules.generators.common import (assemble, check_recompute, check_sizes, check_warmup, one_f_one_b_row,
                                           resolve_adjusted)
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Schedule
@@ -44,12 +43,7 @@ def _one_f_one_b(name, num_stages, num_microbatches, adjusted, recompute, swap_b
     p, m = check_sizes(num_stages, num_microbatches)
     adj = resolve_adjusted(adjusted, p)
     rec = check_recompute(recompute)
-    if warmup is None:
-        warmup = tuple(min(p - s, m) for s in range(p))
-    else:
-        warmup = tuple(warmup)
-        if len(warmup) != p or not all(isinstance(w, int) and 1 <= w for w in warmup):
-            raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
+    warmup = tuple(min(p - s, m) for s in range(p)) if warmup is None else check_warmup(warmup, p)
     rows = [one_f_one_b_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble(name, m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)

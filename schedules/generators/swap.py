@@ -33,8 +33,8 @@ from collections import deque
 from typing import Sequence
 
 from schedules.errors import ScheduleError
-from schedules.generators.common import warmup_count
-from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind
+from schedules.generators.common import Setup, assemble, assemble_devices, warmup_count
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
 from schedules.memory import Levels, OrderOp, StageMemory, Uniform
 
 WHOLE_BLOCKS = Uniform(StageMemory(kept=1.0, swap_fraction=1.0))   # a block is resident or not
@@ -150,3 +150,18 @@ def _swap_row(row: list[Action], lam: int) -> list[Action]:
             blk = evicted.popleft()
             emit(Action(blk[0], Kind.SI, blk[1]))
     return out
+
+
+def swapped_schedule(name: str, setup: Setup, rows: Sequence[Sequence[Action]], swap_blocks, swap_fraction,
+                     stage_to_device: Sequence[int] | None = None) -> Schedule:
+    """Every generator's last step: the swap pass on `rows` (lambda per device row,
+    resolve_swap_blocks; an integer lands on the last device hosting an adjusted
+    stage), then the validated Schedule (one stage per device unless
+    `stage_to_device` places several on a device)."""
+    where = tuple(stage_to_device) if stage_to_device is not None else tuple(range(setup.num_stages))
+    lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in setup.adjusted}))
+    if stage_to_device is None:
+        return assemble(name, setup.num_microbatches, add_swaps(rows, lam), setup.adjusted, setup.recompute, lam,
+                        swap_fraction)
+    return assemble_devices(name, setup.num_microbatches, add_swaps(rows, lam), where, setup.adjusted,
+                            setup.recompute, swap_fraction)

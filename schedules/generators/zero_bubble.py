@@ -38,6 +38,33 @@ for its next gradient. With f = i = w = 1 and p = 4, m = 8: 30 where 1F1B
     stage 3 |...FIWFIWFIWFIWFIWFIWFIWFIW...|
             |   000111222333444555666777   |
 
+zb-h2 (the paper's ZB-H2, one stage per device): more warm-up forwards than 1F1B
+so that no stage idles before its first I, and W moved to the tail, which turns
+the trapezoid into a parallelogram. The first gradient reaches stage s at
+2p-1-s (unit costs), so stage s warms up with 2(p-s)-1 forwards (2p-1 on stage
+0, where the paper's (2p-1) M_B peak sits); then it runs 2s pairs (I, F) keeping
+their W, so that every stage holds 2p-1 blocks until their W, then triples
+(I, W, F), then (I, W), then the 2s W still owed. The paper (section 2.2) fixes
+the warm-up, the peak and the parallelogram; this interleaving after the warm-up
+is one that meets them (the authors' code builds ZB-2p with its heuristic, not a
+handcrafted ZB-H2). Peak: at most 2p-1 micro-batches on every stage
+between F and W, the paper's (2p-1) M_B (about twice 1F1B's p M_B; with M_W <
+M_B only stage 0, whose W follow their I at once, reaches it). With f = i = w = 1
+and m >= 2p-1 (stage 0's warm-up) every stage runs without a gap from its first F
+to its last W (3m: the paper's zero bubble), and for m >= p the makespan is
+3m + p - 1, the bound no order beats under a synchronous optimizer step (the last
+stage cannot start before p-1); ZB-H1 reaches it too at these costs, but each of
+its stages idles p-1-s. p = 4, m = 8: 27:
+
+    stage 0 |FFFFFFFIWFIWIWIWIWIWIWIW...|
+            |012345600711223344556677   |
+    stage 1 |.FFFFFIFIFIWFIWIWIWIWIWWW..|
+            | 012340516207314253647567  |
+    stage 2 |..FFFIFIFIFIFIWFIWIWIWWWWW.|
+            |  012031425364075162734567 |
+    stage 3 |...FIFIFIFIFIFIFIWFIWWWWWWW|
+            |   001122334455660771234567|
+
 zb-v (the paper's ZB-V): two chunks per device in a V: chunk 0 of device d is
 stage d, chunk 1 is stage 2p-1-d, so the forward runs down the devices and back up
 and the loss is on device 0. Device d warms up with 2(p-d)-1 chunk-0 forwards,
@@ -64,11 +91,10 @@ w = 1 (a device's work per micro-batch 6), p = 4, m = 8: makespan 51 = 48 + 3:
 """
 from __future__ import annotations
 
-from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble, assemble_devices, check_recompute, check_sizes,
-                                          resolve_adjusted)
+from schedules.generators.common import (assemble, assemble_devices, check_recompute, check_sizes, check_warmup,
+                                          resolve_adjusted, setup)
 from schedules.generators.interleaved_zb import torch_rank_row
-from schedules.generators.swap import add_swaps, resolve_swap_blocks
+from schedules.generators.swap import add_swaps, resolve_swap_blocks, swapped_schedule
 from schedules.ir import Action, Kind, Schedule
 
 
@@ -102,15 +128,43 @@ def zb_h1_capped(num_stages: int, num_microbatches: int, *, adjusted=None, recom
     p, m = check_sizes(num_stages, num_microbatches)
     adj = resolve_adjusted(adjusted, p)
     rec = check_recompute(recompute)
-    if warmup is None:
-        warmup = tuple(min(p - s, m) for s in range(p))
-    else:
-        warmup = tuple(warmup)
-        if len(warmup) != p or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warmup):
-            raise ScheduleError(f"warmup must hold {p} integers >= 1, got {warmup!r}")
+    warmup = tuple(min(p - s, m) for s in range(p)) if warmup is None else check_warmup(warmup, p)
     rows = [zb_h1_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("zb-h1-capped", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
+
+
+def zb_h2_row(stage: int, num_stages: int, num_microbatches: int) -> list[Action]:
+    """2(p-s)-1 forwards, 2s pairs (I, F), triples (I, W, F), then (I, W) and the W owed."""
+    p, m, s = num_stages, num_microbatches, stage
+    F, I, W = Kind.F, Kind.I, Kind.W   # noqa: E741
+    warm = min(2 * (p - s) - 1, m)
+    row = [Action(s, F, x) for x in range(warm)]
+    nxt = {F: warm, I: 0, W: 0}
+
+    def step(kind: Kind) -> None:
+        row.append(Action(s, kind, nxt[kind]))
+        nxt[kind] += 1
+
+    while nxt[F] < m:
+        step(I)
+        if nxt[I] > 2 * s:            # past the 2s pairs that keep their W
+            step(W)
+        step(F)
+    while nxt[I] < m:
+        step(I)
+        step(W)
+    while nxt[W] < m:
+        step(W)
+    return row
+
+
+def zb_h2(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
+          swap_fraction: float = 0.0, costs=None) -> Schedule:
+    """The paper's ZB-H2 (see the module docstring); `costs` is not read (a fixed order)."""
+    st = setup(num_stages, num_microbatches, adjusted, recompute)
+    rows = [zb_h2_row(s, st.num_devices, st.num_microbatches) for s in range(st.num_devices)]
+    return swapped_schedule("zb-h2", st, rows, swap_blocks, swap_fraction)
 
 
 def zb_v_stage_to_device(num_devices: int) -> tuple[int, ...]:

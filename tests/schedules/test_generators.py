@@ -179,6 +179,7 @@ def test_issue_order_respects_every_dependency(name):
     ("interleaved", 4, {"virtual_stages": 100000}, "number of stages must be <= 1024, got 400000"),
     ("looped-bfs", 64, {"virtual_stages": 32}, "number of stages must be <= 1024, got 2048"),
     ("zb-v", 1000, {}, "number of stages must be <= 1024, got 2000"),
+    ("v-min", 1000, {}, "number of stages must be <= 1024, got 2000"),
     ("interleaved", 512, {}, "stages x micro-batches must be <= 65536, got 1024 x 128"),
 ])
 def test_generate_bounds_the_model_stages_first(name, p, extra, needle):

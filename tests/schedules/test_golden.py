@@ -64,6 +64,12 @@ ZOO_CASES = {
     "zbv_p4_m8": ("zb-v", 4, 8, {}, 8),
     "interleaved_v2_p4_m8": ("interleaved", 4, 8, {"virtual_stages": 2}, 8),
     "obscura_zbh1_1_migrate_p4_m8": ("obscura-zb-h1", 4, 8, {"adjusted": 1, "migrate": True}, 4),
+    # no torch equivalent (torch.distributed.pipelining has no ZB-H2, ZB-1p/2p, V-Half or V-Min)
+    "zbh2_p4_m8": ("zb-h2", 4, 8, {}, 4),
+    "zb1p_p4_m8": ("zb-1p", 4, 8, {}, 4),
+    "zb2p_p4_m8": ("zb-2p", 4, 8, {}, 4),
+    "vhalf_p4_m8": ("v-half", 4, 8, {}, 8),
+    "vmin_p4_m8": ("v-min", 4, 8, {}, 8),
 }
 
 

@@ -6,7 +6,8 @@ pass and the recompute IP read), which is the timed fold's whenever swaps are
 instant."""
 import math
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import given, settings, strategies as st
 
 from schedules import generate, simulate
 from schedules.generators.caps import held_peaks as rows_held
@@ -32,3 +33,17 @@ def test_every_schedules_memory_figure_is_the_folds(inst):
         counted = order_memory(row, mem)
         assert counted.peak_activation_bytes == timed.stages[d].peak_activation_bytes
         assert counted.peak_inflight_microbatches == timed.stages[d].peak_inflight_microbatches
+
+
+@settings(max_examples=examples(30), **SETTINGS)
+@given(st.floats(0.0, 4.0), st.floats(0.0, 4.0), st.floats(0.0, 4.0), st.one_of(st.none(), st.floats(0.0, 6.0)))
+def test_block_levels_are_the_fold_over_one_blocks_f_i_w(kept, remat, freed, held):
+    """What the zero-bubble heuristic charges (memory.block_levels) is the fold's
+    own count: the peak over F, I, W of one block, and nothing left after its W."""
+    from schedules.ir import Action, Kind
+    from schedules.memory import StageMemory, Uniform, block_levels
+    stage = StageMemory(kept=kept, remat=remat, freed_by_input_grad=freed, held_for_weight_grad=held)
+    levels = block_levels(stage)
+    row = [Action(0, Kind.F, 0), Action(0, Kind.I, 0), Action(0, Kind.W, 0)]
+    assert max(v for step in levels for v in step) == pytest.approx(order_memory(row, Uniform(stage)).peak_activation_bytes)
+    assert levels[-1][-1] == pytest.approx(0.0)

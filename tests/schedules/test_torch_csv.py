@@ -115,7 +115,8 @@ def test_without_a_notes_list_the_note_is_logged_once(caplog):
 
 @pytest.mark.parametrize("name,kw", [("zb-v", {}), ("interleaved", {"virtual_stages": 3}), ("zb-h1", {}),
                                      ("zb-h1-capped", {}), ("interleaved-zb", {}), ("looped-bfs", {}),
-                                     ("1f1b", {}), ("obscura", {"adjusted": 1})])
+                                     ("1f1b", {}), ("obscura", {"adjusted": 1}), ("zb-h2", {}), ("zb-1p", {}),
+                                     ("zb-2p", {}), ("v-half", {}), ("v-min", {})])
 def test_ours_export_import_round_trip(tmp_path, name, kw):
     s = generate(name, 4, 8, **kw)
     path = tmp_path / "s.csv"

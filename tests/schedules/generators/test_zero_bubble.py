@@ -1,5 +1,5 @@
-"""ZB-H1 (the paper's and the capped one) and ZB-V, and the exact optima behind the
-ZB-H1 acceptance figures (CP-SAT)."""
+"""ZB-H1 (the paper's and the capped one), ZB-H2 and ZB-V, and the exact optima
+behind the ZB-H1 acceptance figures (CP-SAT)."""
 import pytest
 
 from schedules import Kind, StageCosts, generate, simulate
@@ -127,8 +127,48 @@ def test_zb_v_is_valid_for_few_micro_batches_too(p, m):
     assert sum(len(r) for r in s.rows) == 2 * p * m * 3
 
 
+GRID = [(p, m) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, p, 2 * p + 1, 4 * p)]
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_zb_h2_is_valid_and_a_parallelogram_at_unit_costs(p, m):
+    """For m >= p the makespan is 3m + p - 1, the bound under a synchronous step
+    (the last stage starts at p - 1); once stage 0 has its 2p-1 warm-up forwards
+    every stage runs without a gap from its first F to its last W (3m: the
+    paper's zero bubble)."""
+    s = generate("zb-h2", p, m)
+    assert sum(len(r) for r in s.rows) == 3 * p * m
+    tl = simulate(s, StageCosts.uniform(p, 1.0, 2.0, 0.0))
+    if m >= p:
+        assert tl.makespan == pytest.approx(3 * m + p - 1)
+    if m >= 2 * p - 1:
+        for st in range(p):
+            ops = [o for o in tl.ops if o.stage == st]
+            assert min(o.start for o in ops) == pytest.approx(st)
+            assert max(o.end for o in ops) - min(o.start for o in ops) == pytest.approx(3 * m)
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_zb_h2_holds_2p_minus_1_blocks_about_twice_1f1bs_peak(p, m):
+    """At most 2p-1 micro-batches between F and W on every stage; with M_W < M_B
+    stage 0 reaches (2p-1) M_B, twice 1F1B's p M_B less one block, and no stage
+    more."""
+    held = simulate(generate("zb-h2", p, m), StageCosts.uniform(p, 1.0, 2.0, 0.0, act_bytes=1.0))
+    assert [st.peak_inflight_microbatches for st in held.stages] == [min(2 * p - 1, m)] * p
+    paper = StageCosts.uniform(p, 1.0, 2.0, 0.0, act_bytes=1.0, freed_by_input_grad=0.25)
+    zb = [st.peak_activation_bytes for st in simulate(generate("zb-h2", p, m), paper).stages]
+    one = [st.peak_activation_bytes for st in simulate(generate("1f1b", p, m), paper).stages]
+    assert zb[0] == max(zb) == min(2 * p - 1, m) and max(one) == min(p, m)
+
+
+def test_zb_h2_warms_up_with_2p_minus_1_minus_2s_forwards():
+    from schedules.generators.common import warmup_count
+    assert [warmup_count(r) for r in generate("zb-h2", 4, 8).rows] == [7, 5, 3, 1]
+
+
 def test_docstring_pictures_are_current():
     import schedules.generators.zero_bubble as mod
-    for name, costs in (("zb-h1", UNIT), ("zb-h1-capped", UNIT), ("zb-v", StageCosts.uniform(8, 1.0, 2.0, 0.0))):
+    for name, costs in (("zb-h1", UNIT), ("zb-h1-capped", UNIT), ("zb-h2", UNIT),
+                        ("zb-v", StageCosts.uniform(8, 1.0, 2.0, 0.0))):
         tl = simulate(generate(name, 4, 8), costs)
         assert "\n".join("    " + ln for ln in timeline_ascii(tl).splitlines()) in mod.__doc__
