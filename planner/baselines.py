@@ -12,9 +12,6 @@ even partition and the same memory accounting as the plan:
     ohp_cmb      1F1B with the CMB set recomputed on every stage
     strawman     the pipeline transformation alone (section 3): stages 0..N
                  migrate forwards and fully recompute
-    interleaved_full  interleaved 1F1B (V = 2, or the smallest V offered) with full
-                 recompute on every stage (planner.families; omitted when no V is)
-    zb_h1_full   ZB-H1 with full recompute on every stage
 
 A baseline whose predicted peak exceeds the limit on some stage does not run
 (its plan entry is null). Also the floor of the planner's configuration space
@@ -28,7 +25,6 @@ from __future__ import annotations
 import math
 
 from planner.costs import Partition, kept_bytes, stage_costs, working_bytes
-from planner.families import baseline_configs as family_configs, simulate_family
 from planner.identify import cmb_set, identify, stage_peak_1f1b
 from planner.profile import FULL, LAYER
 from planner.search import (Config, Evaluation, Setting, base_order, recompute_names,
@@ -62,11 +58,6 @@ def baseline_configs(setting: Setting, partition: Partition) -> dict[str, Config
 
 def evaluate_baselines(setting: Setting, partition: Partition) -> dict[str, Evaluation]:
     return {name: simulate_config(setting, cfg) for name, cfg in baseline_configs(setting, partition).items()}
-
-
-def family_baselines(setting: Setting, partition: Partition) -> dict[str, Evaluation]:
-    """The other families' baselines (interleaved_full, zb_h1_full), peaks per device."""
-    return {name: simulate_family(setting, cfg) for name, cfg in family_configs(setting, partition).items()}
 
 
 def minimum_memory(setting: Setting, partition: Partition, cmb: bool = True, swap: bool = True

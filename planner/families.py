@@ -7,6 +7,8 @@
     zb-h1           zero bubble ZB-H1                        1
     zb-h2           zero bubble ZB-H2 (about 2x 1F1B's memory) 1
     zb-1p, zb-2p    the zero-bubble automatic schedule at 1F1B's memory, at twice it
+    zb-auto         the same heuristic at the plan's limit: each device's room after
+                    its weights, under the chosen sets' costs (planner.family_search)
     zb-v            zero bubble V (ZB-V)                     2
     interleaved-zb  torch's interleaved zero bubble, V = 2   2
     v-half, v-min   controllable-memory V schedules          2
@@ -30,8 +32,8 @@ from typing import Mapping
 
 import models
 from planner.costs import Partition, check_partition
-from planner.family_search import (Candidate, FamilyResult, best_of, needs_of, order_of, search_order,
-                                   transformed, unlimited)
+from planner.family_search import (Candidate, FamilyResult, at_limit, best_of, needs_of, order_of,
+                                   search_order, transformed, unlimited)
 from planner.profile import Profile
 from planner.names import family_of  # noqa: F401 (re-exported)
 from planner.search import Evaluation, Setting, rank
@@ -45,6 +47,7 @@ class Family:
     generator: str            # its order (schedules.SCHEDULES)
     virtual_stages: int = 1   # model stages per device
     obscura: str | None = None  # the generator of Obscura's transformation on it
+    at_limit: bool = False    # the order itself is made for the limit (the zero-bubble heuristic)
 
 
 FAMILIES = (
@@ -55,6 +58,7 @@ FAMILIES = (
     Family("zb-h2", "ZB-H2", "zb-h2", 1),
     Family("zb-1p", "ZB-1p", "zb-1p", 1),
     Family("zb-2p", "ZB-2p", "zb-2p", 1),
+    Family("zb-auto", "ZB automatic at the limit", "zb-auto", 1, at_limit=True),
     Family("zb-v", "ZB-V", "zb-v", 2),
     Family("interleaved-zb", "interleaved ZB V=2", "interleaved-zb", 2, "obscura-interleaved-zb"),
     Family("v-half", "V-Half", "v-half", 2),
@@ -94,6 +98,10 @@ def search_family(setting: Setting, family: Family, num_devices: int, swap: bool
     `extra`: evaluations of the family made elsewhere (Obscura's own search on
     1F1B), compared with the rest."""
     part = chunk_partition(setting.profile, num_devices, family.virtual_stages)
+    if family.at_limit:
+        found, leans, fast = at_limit(setting, family.generator, num_devices, part, swap)
+        return FamilyResult(family.name, best_of(found), fast, needs_of(leans + [c.evaluation for c in found]),
+                            tuple(found))
     order = order_of(setting, family.generator, num_devices, part, family.virtual_stages)
     fast = unlimited(order)
     found, leans = search_order(order, "plain", swap)

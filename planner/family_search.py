@@ -41,6 +41,7 @@ from schedules.generators.swap import add_swaps
 from schedules.simulator import held_peaks
 
 MAX_TIGHTEN = 6
+_NO_LIMIT = 1e30   # bytes: more than any device holds (the heuristic wants a finite limit)
 
 
 @dataclass(frozen=True)
@@ -285,3 +286,60 @@ def transformed(setting: Setting, obscura: str, order: _Order, ev: Evaluation, s
 
 def needs_of(evaluations) -> float:
     return min((max(ev.peaks) for ev in evaluations), default=math.inf)
+
+
+def at_limit(setting: Setting, generator: str, num_devices: int, partition: Partition, swap: bool,
+             rounds: int = 2) -> tuple[list[Candidate], list[Evaluation], Evaluation]:
+    """A family whose order is made for the limit (the zero-bubble heuristic): from
+    each seed (nothing recomputed; each stage's cheap sets, up to CHEAP of its step
+    time; each stage's leanest), the order under the seed's costs with each device
+    given its room after its weights and working set, then the sets chosen again on
+    that order; `rounds` times, or until the sets stay. Also the order with no limit
+    (its fastest)."""
+    prof = setting.profile
+    n = len(partition)
+    found: list[Candidate] = []
+    leans: list[Evaluation] = []
+    none = (frozenset(),) * n
+    free = order_of(setting, generator, num_devices, partition, 1, memory_limit=_NO_LIMIT,
+                    costs=stage_costs(prof, partition, none, unit_kept=setting.unit_kept))
+    fast = unlimited(free)
+    for seed in _seeds(setting, partition):
+        sets = seed
+        for _ in range(rounds):
+            costs = stage_costs(prof, partition, sets, unit_kept=setting.unit_kept)
+            room = tuple(max(setting.memory_limit - weight_bytes(prof, u) - working_bytes(prof, u, r), 0.0)
+                         for u, r in zip(partition, sets))
+            adjusted = tuple(s for s in range(n) if sets[s]) or None
+            try:
+                order = order_of(setting, generator, num_devices, partition, 1, memory_limit=room, costs=costs,
+                                 adjusted=adjusted)
+            except ScheduleError:     # not even one block and its I fit under these sets
+                break
+            more, more_leans = search_order(order, "at the limit", swap)
+            found += more
+            leans += more_leans
+            best = best_of(more)
+            if best is None or tuple(best.evaluation.config.recompute) == sets:
+                break
+            sets = tuple(best.evaluation.config.recompute)
+    return found, leans, fast
+
+
+CHEAP = 0.02   # a seed's "cheap" sets recompute at most this share of the stage's forward + backward
+
+
+def _seeds(setting: Setting, partition: Partition) -> list[tuple[frozenset, ...]]:
+    """Recompute sets to make the heuristic's order under: none, cheap, leanest."""
+    prof = setting.profile
+    traced = setting.unit_kept is not None
+    opts = [stage_options(prof, u, traced) for u in partition]
+    costs = stage_costs(prof, partition, [frozenset()] * len(partition))
+    cheap = tuple(min((o for o in opt if o.time <= CHEAP * (costs.fwd[s] + costs.bwd[s])),
+                      key=lambda o: (o.kept, o.time)).recompute for s, opt in enumerate(opts))
+    lean = tuple(min(opt, key=lambda o: (o.kept, o.work, o.time)).recompute for opt in opts)
+    out = []
+    for seed in ((frozenset(),) * len(partition), cheap, lean):
+        if seed not in out:
+            out.append(seed)
+    return out

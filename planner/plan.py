@@ -27,7 +27,8 @@ from typing import Mapping
 import models
 from planner.baselines import evaluate_baselines, minimum_memory
 from planner.costs import check_partition, weight_bytes
-from planner.families import search_families
+from planner.families import FAMILIES, search_families
+from planner.plan_families import summarize
 from planner.errors import InfeasibleError, PlanError
 from planner.family_search import FamilyResult
 from planner.feasibility import limit_text, round_up_limit
@@ -43,6 +44,9 @@ from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_
                             swap_point)
 from schedules import issue_order
 from schedules.sizes import format_bytes, parse_bytes
+
+
+TRANSFORMED = ("obscura", "strawman", "obscura-interleaved", "obscura-zb-h1", "obscura-interleaved-zb")
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,7 @@ class PlanResult:
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
              op_order) -> Plan:
     cfg, sched = ev.config, ev.schedule
-    transformed = cfg.schedule in ("obscura", "strawman", "obscura-interleaved", "obscura-zb-h1",
-                                   "obscura-interleaved-zb")
+    transformed = cfg.schedule in TRANSFORMED
     where, one = sched.stage_to_device, sched.one_stage_per_device
     stages = tuple(StagePlan(cfg.partition[s], transformed and s in cfg.adjusted,
                              recompute_names(cfg.recompute[s], op_order), cfg.swap_blocks[s],
@@ -73,6 +76,7 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
                              tuple(str(a) for a in sched.stages[s].actions) if one else ())
                    for s in range(len(cfg.partition)))
     base = tuple((name, ev_.makespan if ev_.fits else None) for name, ev_ in baselines.items())
+    needs = tuple((name, int(math.ceil(max(ev_.peaks)))) for name, ev_ in baselines.items() if not ev_.fits)
     rows = () if one else tuple(tuple(a.long for a in row) for row in sched.rows)
     # The order its peaks were judged in: `train --plan` issues in it (not in one derived
     # from costs measured in the run, whose noise can reorder and move the inbox peak).
@@ -80,7 +84,7 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
     order = tuple(a.long for a in issue_order(ev.schedule, ev.costs)) if one else ()
     return Plan(len(stages), num_microbatches, limit, cfg.schedule, stages, ev.makespan, base,
                 virtual_stages=cfg.virtual_stages, stage_to_device=() if one else where, device_rows=rows,
-                issue_order=order)
+                issue_order=order, baseline_needs=needs)
 
 
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
@@ -137,7 +141,8 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what every schedule family needs "
             f"with its leanest recompute and swaps; the smallest feasible limit is {limit_text(need + held)}",
             round_up_limit(need + held))
-    plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for)
+    plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for,
+                   families=summarize(FAMILIES, candidates, profile.op_names) if families else ())
     if mesh is not None:
         plan = mesh.timed(plan, pick, baselines)
     return PlanResult(plan, pick, baselines, paper.identified, paper.last_adjusted, paper.even or pick,

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from planner.costs import Partition, check_partition
 from planner.errors import PlanError
 from planner.names import family_of
+from planner.plan_families import FamilySummary, family_from_json
 from planner.plan_meta import PlanSource, layout_from_json, source_from_json
 from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
 from schedules.generators import CHUNKED
@@ -73,6 +74,8 @@ class Plan:
     issue_order: tuple[str, ...] = ()     # every action ("2F0") in the order the plan's memory was judged in
     data_parallel: int = 1                # each stage on a data x tensor mesh (planner.mesh_plan);
     tensor_parallel: int = 1              # peaks and the limit are then per device
+    families: tuple[FamilySummary, ...] = ()   # every schedule family at its best (planner.plan_families)
+    baseline_needs: tuple[tuple[str, int], ...] = ()   # bytes each baseline that does not fit needs
 
     def __post_init__(self) -> None:
         if not all(isinstance(a, str) for a in self.issue_order):
@@ -157,7 +160,9 @@ class Plan:
                    if self.layout != (1, 1) else {}),
                 **({"stage_to_device": list(self.stage_to_device), "device_rows": [list(r) for r in self.device_rows]}
                    if self.device_rows else {}),
-                **({"issue_order": list(self.issue_order)} if self.issue_order else {})}
+                **({"issue_order": list(self.issue_order)} if self.issue_order else {}),
+                **({"baseline_needs": dict(self.baseline_needs)} if self.baseline_needs else {}),
+                **({"families": [f.to_json() for f in self.families]} if self.families else {})}
 
 
 _PLAN_KEYS = ("num_stages", "num_microbatches", "memory_limit", "schedule", "stages",
@@ -201,10 +206,17 @@ def plan_from_json(d: Any) -> Plan:
     if not isinstance(order, list):
         raise PlanError("plan 'issue_order' must be a list of actions like 2F0, 0SO3")
     data, tensor = layout_from_json(d)
+    families = d.get("families", [])
+    needs = d.get("baseline_needs", {})
+    if not isinstance(families, list) or not isinstance(needs, dict):
+        raise PlanError("plan 'families' must be a list and 'baseline_needs' an object")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in needs.values()):
+        raise PlanError("plan 'baseline_needs' must map baselines to byte counts")
     return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
                 d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
                 d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)),
-                tuple(order), data, tensor)
+                tuple(order), data, tensor, tuple(family_from_json(f) for f in families),
+                tuple(needs.items()))
 
 
 def load_plan(path) -> Plan:

@@ -23,7 +23,7 @@ from schedules.generators.one_f_one_b import one_f_one_b, recomp
 from schedules.generators.strawman import strawman
 from schedules.generators.v_shape import v_half, v_min
 from schedules.generators.zero_bubble import zb_h1, zb_h1_capped, zb_h2, zb_v
-from schedules.generators.zero_bubble_auto import zb_1p, zb_2p
+from schedules.generators.zero_bubble_auto import zb_1p, zb_2p, zb_auto
 from schedules.ir import Schedule
 from schedules.validator import validate
 
@@ -39,6 +39,7 @@ SCHEDULES = {
     "zb-h2": zb_h2,
     "zb-1p": zb_1p,
     "zb-2p": zb_2p,
+    "zb-auto": zb_auto,
     "zb-v": zb_v,
     "v-half": v_half,
     "v-min": v_min,

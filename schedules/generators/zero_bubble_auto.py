@@ -195,12 +195,15 @@ def auto_rows(st: Setup, costs: StageCosts, memory_limit, swapping: Sequence[int
     return best
 
 
-def zb_auto(num_stages: int, num_microbatches: int, *, memory_limit, adjusted=None, recompute=("full",),
+def zb_auto(num_stages: int, num_microbatches: int, *, memory_limit=None, adjusted=None, recompute=("full",),
             swap_blocks=0, swap_fraction: float = 0.0, costs: StageCosts | None = None,
             name: str = "zb-auto") -> Schedule:
     """The heuristic under `memory_limit` per device (module docstring: bytes under
-    `costs`, or blocks without activation bytes)."""
+    `costs`, or blocks without activation bytes; None: 1F1B's, as ZB-1p). The
+    planner gives each device's room left by its weights (planner.families)."""
     st = setup(num_stages, num_microbatches, adjusted, recompute)
+    if memory_limit is None:
+        memory_limit = times_1f1b(1, st.num_devices)
     costs = costs if costs is not None else StageCosts.uniform(st.num_devices, 1.0, 2.0, 1.0)
     rows, _ = auto_rows(st, costs, memory_limit, swap_intent(swap_blocks, swap_fraction, st.adjusted),
                         swap_fraction)

@@ -119,57 +119,97 @@ def calibrated_line(res, cal) -> str:
 
 
 def render(prof, res) -> str:
-    """The plan table and the comparison line."""
-    from planner.search import warmups  # lazy: planner.search loads JAX
+    """The plan table, every family's best, and the paper's baselines."""
+    from planner.search import warmups  # lazy: planner.search loads the planner
 
     plan, best = res.plan, res.best
-    k = res.last_adjusted
     data, tensor = plan.layout
     mesh = "" if (data, tensor) == (1, 1) else f", stages on {data} data x {tensor} tensor devices"
+    v = plan.virtual_stages
     lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {prof.micro_batch}) "
-             f"on {prof.device}{mesh}: p={plan.num_stages}, "
-             f"m={plan.num_microbatches}, limit {format_bytes(plan.memory_limit, 2)}"
-             f"{' per device' if mesh else ''}; planned in {res.seconds:.2f} s"]
-    cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
-    if k < 0:
-        lines.append("no stage adjusted: 1F1B fits" + (f" once stage(s) {', '.join(cmb_only)} recompute the CMB "
-                                                       "set (CMB-Identifying)" if cmb_only else
-                                                       " with nothing recomputed"))
-    else:
-        ident = f"identified 0..{res.identified}" if res.identified >= 0 else "none identified"
-        lines.append(f"adjusted stages 0..{k} ({ident}); schedule {plan.schedule}, beta {best.config.beta:g}")
-    if cmb_only and k >= 0:
-        lines.append(f"not adjusted, recomputing in 1F1B order (CMB-Identifying): stage(s) {', '.join(cmb_only)}")
-    if res.adjustment is not None and res.adjustment.moves:
-        lines.append(f"partition adjustment: moves {list(res.adjustment.moves)}, undone {res.adjustment.undone}; "
-                     f"{'kept' if best.config.partition != res.even.config.partition else 'not kept'} "
-                     f"(even partition simulates {res.even.makespan:.4g} s)")
-    lines.append(f"family {plan.family}" + (f", {plan.virtual_stages} chunks per device ({plan.num_stages} "
-                                              f"model stages)" if plan.virtual_stages > 1 else ""))
-    if res.source in res.families:
-        lines.append(f"note: {res.source} on the {plan.family} family simulates faster than the 1F1B search's "
-                     f"configuration ({res.searched.makespan:.4g} s), so the plan runs it")
-    elif res.source != "search":
-        lines.append(f"note: the {_NAMES.get(res.source, res.source)} baseline simulates faster than the searched "
-                     f"configuration ({res.searched.makespan:.4g} s), so the plan is that baseline")
-    lines.append(f"{'stage':>5} {'units':>11} {'adj':>3} {'lambda':>6} {'warm-up':>7} {'peak':>11}  recompute")
+             f"on {prof.device}{mesh}: {plan.num_devices} devices, {plan.num_stages} model stages"
+             f"{f' ({v} per device)' if v > 1 else ''}, m={plan.num_microbatches}, limit "
+             f"{format_bytes(plan.memory_limit, 2)}{' per device' if mesh else ''}; planned in {res.seconds:.2f} s"]
+    lines.append(f"pick: {_pick_text(res)}")
+    if res.source == "search":
+        lines += _paper_lines(res)
+    lines.append(f"{'stage':>5} {'units':>11} {'device':>6} {'adj':>3} {'lambda':>6} {'warm-up':>7} "
+                 f"{'peak':>11}  recompute")
     warm = warmups(best.schedule)
+    where = best.schedule.stage_to_device
     for s, st in enumerate(plan.stages):
         rec = ",".join(st.recompute) if st.recompute else "-"
-        lines.append(f"{s:>5} {models.format_units(st.units):>11} {'yes' if st.adjusted else 'no':>3} {st.swap_blocks:>6} "
-                     f"{warm[s]:>7} {format_bytes(st.predicted_peak_bytes, 2):>11}  {rec}")
+        lines.append(f"{s:>5} {models.format_units(st.units):>11} {where[s]:>6} {'yes' if st.adjusted else 'no':>3} "
+                     f"{st.swap_blocks:>6} {warm[s]:>7} {format_bytes(st.predicted_peak_bytes, 2):>11}  {rec}")
     t = plan.predicted_iteration_time
     if data > 1:
         lines.append(f"data all-reduce once a step after each stage's last backward: the plan's "
                      f"{best.makespan:.4g} s pipeline ends at {t:.4g} s (closed form, planner.mesh_plan)")
-    parts = [f"plan {t:.4g} s"]
-    for name, v in plan.baselines:
+    if plan.families:
+        lines += family_table(plan)
+    parts = []
+    needs = dict(plan.baseline_needs)
+    for name, bt in plan.baselines:
         label = _NAMES.get(name, name)
-        if v is None:
-            ev = res.baselines.get(name)
-            need = f", needs {format_bytes(max(ev.peaks), 2)}" if ev is not None else ""
-            parts.append(f"{label} OOM{need}")
+        if bt is None:
+            parts.append(f"{label} does not fit, needs {format_bytes(needs[name], 2)}" if name in needs
+                         else f"{label} does not fit")
         else:
-            parts.append(f"{label} {v:.4g} s ({v / t:.3f}x)")
-    lines.append("simulated: " + " | ".join(parts))
+            parts.append(f"{label} {bt:.4g} s ({bt / t:.3f}x)")
+    lines.append(f"the paper's baselines (1F1B order, simulated): plan {t:.4g} s | " + " | ".join(parts))
     return "\n".join(lines)
+
+
+def _pick_text(res) -> str:
+    plan = res.plan
+    if res.source.startswith("family:"):
+        name = res.source.split(":", 1)[1]
+        summary = next(f for f in plan.families if f.name == name)
+        return (f"{summary.label} ({summary.variant}), {plan.predicted_iteration_time:.4g} s: the fastest "
+                f"plan that fits among the families below (schedule {plan.schedule})")
+    if res.source == "search":
+        return f"Obscura on 1F1B (the paper's search), {plan.predicted_iteration_time:.4g} s"
+    return f"the {_NAMES.get(res.source, res.source)} baseline, {plan.predicted_iteration_time:.4g} s"
+
+
+def _paper_lines(res) -> list[str]:
+    """What Obscura's own search decided (adjusted stages, CMB, partition adjustment)."""
+    plan, best, k = res.plan, res.best, res.last_adjusted
+    out = []
+    cmb_only = [str(s) for s, st in enumerate(plan.stages) if st.recompute and not st.adjusted]
+    if k < 0:
+        out.append("no stage adjusted: 1F1B fits" + (f" once stage(s) {', '.join(cmb_only)} recompute the CMB "
+                                                     "set (CMB-Identifying)" if cmb_only else
+                                                     " with nothing recomputed"))
+    else:
+        ident = f"identified 0..{res.identified}" if res.identified >= 0 else "none identified"
+        out.append(f"adjusted stages 0..{k} ({ident}); schedule {plan.schedule}, beta {best.config.beta:g}")
+    if cmb_only and k >= 0:
+        out.append(f"not adjusted, recomputing in 1F1B order (CMB-Identifying): stage(s) {', '.join(cmb_only)}")
+    if res.adjustment is not None and res.adjustment.moves:
+        out.append(f"partition adjustment: moves {list(res.adjustment.moves)}, undone {res.adjustment.undone}; "
+                   f"{'kept' if best.config.partition != res.even.config.partition else 'not kept'} "
+                   f"(even partition simulates {res.even.makespan:.4g} s)")
+    return out
+
+
+def family_table(plan) -> list[str]:
+    """One row per schedule family: its fastest plan that fits, or what it needs; and
+    its time with no limit (nothing recomputed)."""
+    out = ["schedule families, each at its fastest plan that fits (per-stage recompute and swaps "
+           "chosen for the limit; simulated):",
+           f"  {'family':<26} {'fits':<5} {'time':>9} {'vs pick':>8} {'peak (max)':>11}  {'found by':<24} "
+           f"{'no limit: time':>14} {'its peak':>10}"]
+    t = plan.predicted_iteration_time
+    for f in plan.families:
+        if not f.evaluated:
+            out.append(f"  {f.label:<26} not evaluated: {f.note}")
+            continue
+        free = f"{f.unlimited_time:>13.4g}s {format_bytes(f.unlimited_peak_bytes, 1):>10}"
+        if f.fits:
+            out.append(f"  {f.label:<26} {'yes':<5} {f.iteration_time:>8.4g}s {f.iteration_time / t:>7.3f}x "
+                       f"{format_bytes(max(f.peak_bytes), 2):>11}  {f.variant:<24} {free}")
+        else:
+            need = format_bytes(f.needs_bytes, 2) if f.needs_bytes is not None else "?"
+            out.append(f"  {f.label:<26} {'no':<5} {'-':>9} {'-':>8} {'needs ' + need:>11}  {'-':<24} {free}")
+    return out
