@@ -29,7 +29,8 @@ import numpy as np
 from planner.memory_rows import MemoryRows
 from planner.recompute_options import Option
 
-ENUMERATE = 4096   # combinations searched depth-first; a device with more is chosen greedily
+ENUMERATE = 4096   # combinations searched depth-first at once; a device with more starts from the greedy
+NODES = 20_000     # ... and its depth-first search stops after this many nodes
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,36 @@ def choose_device(rows: MemoryRows, options: Sequence[Sequence[Option]], room: f
     opts = [[o for o in opt if allowed is None or allowed(i, o)] for i, opt in enumerate(options)]
     if any(not o for o in opts):
         return None
+    incumbent = None
+    budget = None
     if math.prod(len(o) for o in opts) > ENUMERATE:
-        return _greedy(rows, opts, room)
+        incumbent = _greedy(rows, opts, room)
+        if incumbent is None:
+            return None
+        budget = NODES
+    return _depth_first(rows, opts, room, incumbent, budget)
+
+
+def _depth_first(rows: MemoryRows, opts: list[list[Option]], room: float, incumbent: DeviceChoice | None,
+                 budget: int | None) -> DeviceChoice | None:
+    """The search over every combination, fastest choices first, cut by the best
+    time so far (from `incumbent`, if any) and by what the leanest remaining choices
+    need; after `budget` nodes (None: no limit) the best found so far."""
     lean = [min(o.kept for o in opt) for opt in opts]
     lean_work = [min(o.work for o in opt) for opt in opts]
-    best: list = [None, None]      # (rank, DeviceChoice)
+    best: list = [None, incumbent]      # (rank, DeviceChoice)
+    if incumbent is not None:
+        best[0] = _rank(incumbent.options, incumbent.peak)
     n = len(opts)
+    nodes = [0]
 
     def peak_of(chosen: list[Option]) -> float:
         kept = [o.kept for o in chosen]
         return rows.peak(kept) + max((o.work for o in chosen), default=0.0)
 
     def visit(i: int, chosen: list[Option], t: float) -> None:
-        if best[0] is not None and t > best[0][0] + 1e-15:
+        nodes[0] += 1
+        if best[0] is not None and (t > best[0][0] + 1e-15 or (budget is not None and nodes[0] > budget)):
             return
         partial = [o.kept for o in chosen] + lean[i:]
         work = max([o.work for o in chosen] + lean_work[i:], default=0.0)

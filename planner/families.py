@@ -27,6 +27,7 @@ a unit even where p * V does not divide L (28B: 88 layers, p = 8).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -124,9 +125,16 @@ def search_family(setting: Setting, family: Family, num_devices: int, swap: bool
 
 def search_families(setting: Setting, num_devices: int, swap: bool = True, names=None,
                     extra: Mapping[str, Mapping[str, Evaluation]] | None = None) -> dict[str, FamilyResult]:
-    """Every offered family at its best, in FAMILIES' order."""
-    return {f.name: search_family(setting, f, num_devices, swap, (extra or {}).get(f.name))
-            for f in offered(setting.profile, num_devices, names)}
+    """Every offered family at its best, in FAMILIES' order; a family whose
+    generator refuses this pipeline (interleaved: m a multiple of p) is recorded
+    with the generator's reason and no plan."""
+    out = {}
+    for f in offered(setting.profile, num_devices, names):
+        try:
+            out[f.name] = search_family(setting, f, num_devices, swap, (extra or {}).get(f.name))
+        except ScheduleError as e:
+            out[f.name] = FamilyResult(f.name, None, None, math.inf, note=str(e))
+    return out
 
 
 def fastest_fitting(results: Mapping[str, FamilyResult]) -> tuple[str, Candidate] | None:

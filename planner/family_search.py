@@ -55,9 +55,10 @@ class Candidate:
 class FamilyResult:
     family: str
     best: Candidate | None               # fastest fitting (None: nothing fits)
-    unlimited: Evaluation                 # fastest with no limit (plain order, nothing recomputed)
+    unlimited: Evaluation | None          # fastest with no limit (plain order, nothing recomputed)
     needs: float                          # the least peak any candidate needs (max over devices)
     candidates: tuple[Candidate, ...] = field(default=(), compare=False)
+    note: str = ""                        # why the family could not be evaluated (then unlimited is None)
 
 
 def compute_rows(schedule: Schedule) -> list[list]:
@@ -180,6 +181,36 @@ def _hiding(prof: Profile, partition: Partition, sched: Schedule, beta: float, l
     return ok
 
 
+SWAP_WORTH = 0.005   # swaps are searched only where recompute costs at least this share of the iteration
+
+
+def _swapping_can_pay(ev: Evaluation | None) -> bool:
+    """Whether swapping could save a noticeable share of the iteration: at most it
+    saves the recompute of the busiest device (m times its backwards' recompute)."""
+    if ev is None:
+        return True
+    costs, sched = ev.costs, ev.schedule
+    m = sched.num_microbatches
+    busiest = max(sum(costs.recompute[s] for s in sched.stages_on(d) if ev.config.recompute[s])
+                  for d in range(sched.num_devices))
+    return m * busiest >= SWAP_WORTH * ev.makespan
+
+
+def _can_hide(order: _Order) -> Callable:
+    """(lam, beta) -> whether every swapping device has a stage choice whose swapped
+    share hides (Eq. 4), so a swap point no choice can meet is not built at all."""
+    prof, part = order.setting.profile, order.partition
+    costs = stage_costs(prof, part, [frozenset()] * len(part))
+    options = order.options()
+    where = order.base.stage_to_device
+
+    def ok(lam, beta) -> bool:
+        return all(any(swap_hides(o.kept, beta, prof.host_bandwidth, costs.fwd[s], costs.bwd[s], o.time)
+                       for o in options[s])
+                   for s in range(len(part)) if lam[where[s]])
+    return ok
+
+
 def unlimited(order: _Order) -> Evaluation:
     """The order with nothing recomputed and no swaps: the family's fastest."""
     n = len(order.partition)
@@ -218,12 +249,16 @@ def search_order(order: _Order, variant: str, swap: bool) -> tuple[list[Candidat
     if ev is not None:
         found.append(Candidate(variant, ev))
     recomputing = {order.base.stage_to_device[s] for s, r in enumerate((ev or lean).config.recompute) if r}
-    lams = swap_lambdas(order.rows, recomputing) if swap else []
+    lams = swap_lambdas(order.rows, recomputing) if swap and _swapping_can_pay(ev) else []
     if not lams:
         return found, leans
     tried: dict = {}
 
+    hides = _can_hide(order)
+
     def at(lam, beta):
+        if (lam, beta) not in tried and not hides(lam, beta):
+            tried[lam, beta] = None
         if (lam, beta) not in tried:
             got, lean_s = settle(order, lam, beta)
             tried[lam, beta] = got
@@ -316,7 +351,7 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
                                  adjusted=adjusted)
             except ScheduleError:     # not even one block and its I fit under these sets
                 break
-            more, more_leans = search_order(order, "at the limit", swap)
+            more, more_leans = search_order(order, "at the limit", False)   # its order already holds W for the limit
             found += more
             leans += more_leans
             best = best_of(more)

@@ -94,7 +94,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     """Everything `make_plan` does, with the intermediate results kept. `families`:
     step 6, every schedule family at its best (off: Obscura on 1F1B and the paper's
     baselines only); `family_names`: only these families (planner.families.FAMILIES
-    names). `reserve` (bytes or a size string) is held back from the limit for what
+    names), the pick among them. `reserve` (bytes or a size string) is held back from the limit for what
     the model does not count (allocator fragmentation, a CUDA context). `profile_path`:
     the file the profile was read from (its name and sha256 go into the plan).
     `layout`: each stage on a data x tensor mesh (planner.mesh_plan; the profile is
@@ -134,7 +134,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     if families:
         extra = {"1f1b": {"obscura (paper search)": paper.best}} if paper.best is not None and paper.best.fits else {}
         candidates = search_families(setting, p, swap, family_names, extra)
-    pick, source = _pick(paper, baselines, candidates)
+    pick, source = _pick(paper, baselines, candidates, family_names)
     if pick is None:
         need = min([paper.need] + [r.needs for r in candidates.values()])
         raise InfeasibleError(
@@ -149,13 +149,15 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
                       paper.adjustment, time.perf_counter() - start, paper.best, source, candidates)
 
 
-def _pick(paper, baselines, families) -> tuple[Evaluation | None, str]:
+def _pick(paper, baselines, families, names=None) -> tuple[Evaluation | None, str]:
     """The fastest fitting of Obscura's own search ("search"), the paper's
-    baselines (by name) and every family's best ("family:NAME")."""
+    baselines (by name) and every family's best ("family:NAME"); with `names`, of
+    those families' only (the paper's search and baselines count as 1f1b's)."""
     options = []
-    if paper.best is not None and paper.best.fits:
+    paper_family = names is None or "1f1b" in names
+    if paper_family and paper.best is not None and paper.best.fits:
         options.append((paper.best, "search"))
-    options += [(ev, name) for name, ev in baselines.items() if ev.fits]
+    options += [(ev, name) for name, ev in baselines.items() if ev.fits and paper_family]
     options += [(r.best.evaluation, f"family:{name}") for name, r in families.items() if r.best is not None]
     if not options:
         return None, "none"

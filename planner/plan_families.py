@@ -89,6 +89,9 @@ def summarize(families, results, op_order) -> tuple[FamilySummary, ...]:
                                      note="not offered: a chunk would hold less than one layer, or its "
                                           "generator is not registered"))
             continue
+        if r.unlimited is None:
+            out.append(FamilySummary(f.name, f.label, f.virtual_stages, False, note=r.note))
+            continue
         fast = r.unlimited
         common = dict(unlimited_time=fast.makespan, unlimited_peak_bytes=int(math.ceil(max(fast.peaks))))
         if r.best is None:

@@ -1,0 +1,55 @@
+"""planner.family_search: each family's plan against an exhaustive search over
+per-stage recompute sets from the presets' candidate list, judged by the same
+simulator and memory fold."""
+import itertools
+
+import pytest
+
+from planner.families import BY_NAME, chunk_partition, search_family
+from planner.family_search import _placed, evaluate, order_of
+from planner.identify import cmb_set
+from planner.profile import FULL
+from planner.search import Setting
+from tests.planner.synthetic import synthetic_profile
+
+MLP = frozenset({"mlp_norm", "mlp_gate", "mlp_up", "mlp_act", "mlp_mul"})
+
+
+def _candidates(prof):
+    return [frozenset(), cmb_set(prof), MLP, frozenset({FULL})]
+
+
+def _exhaustive(setting, family, p, only=None):
+    """The fastest fitting plain order over every assignment of the candidate list
+    (`only`: that set everywhere): one set per stage (per device where a device
+    holds several stages)."""
+    part = chunk_partition(setting.profile, p, family.virtual_stages)
+    order = order_of(setting, family.generator, p, part, family.virtual_stages)
+    placed = _placed(order.name, order.base, order.rows, (0,) * p, 0.0)
+    where = placed.stage_to_device
+    best = None
+    sets = [only] if only is not None else _candidates(setting.profile)
+    for per_device in itertools.product(sets, repeat=p):
+        ev = evaluate(setting, placed, part, tuple(per_device[where[s]] for s in range(len(part))),
+                      family.virtual_stages)
+        if ev.fits and (best is None or ev.makespan < best.makespan):
+            best = ev
+    return best
+
+
+@pytest.mark.parametrize("name,p", [("1f1b", 4), ("zb-h1", 4), ("zb-h2", 3), ("zb-1p", 3), ("interleaved-v2", 4),
+                                    ("zb-v", 3), ("interleaved-zb", 3), ("v-half", 3), ("v-min", 3)])
+@pytest.mark.parametrize("squeeze", [0.45, 0.75])
+def test_each_family_within_one_percent_of_the_exhaustive_search(name, p, squeeze):
+    prof = synthetic_profile(num_layers=12, split=True)
+    family = BY_NAME[name]
+    m = 8 if p != 3 else 6
+    top = max(search_family(Setting(prof, m, 1e18), family, p, swap=False).unlimited.peaks)
+    floor = max(_exhaustive(Setting(prof, m, 1e18), family, p, only=frozenset({FULL})).peaks)
+    assert floor < top
+    setting = Setting(prof, m, floor + squeeze * (top - floor))
+    oracle = _exhaustive(setting, family, p)
+    got = search_family(setting, family, p).best
+    assert oracle is not None and any(oracle.config.recompute)     # the limit binds
+    assert got is not None and got.evaluation.fits
+    assert got.evaluation.makespan <= oracle.makespan * 1.01
