@@ -2,6 +2,6 @@
 
     pipeline        per-stage params and optimizer state of one process's pipeline
     packed          several processes' state as one global array
-    checkpointer    the checkpointer a run uses: one process's or several's
+    checkpointer    the checkpointer a run uses: one process's or several's; the resume's restore
     directory       the run's lock and per-step metrics log beside Orbax's steps
 """

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import schedules
 from obscura_jax.runtime.stage_mesh import device_bytes, local_value
-from obscura_jax.checkpoints.checkpointer import open_checkpointer
+from obscura_jax.checkpoints.checkpointer import open_checkpointer, restore_with_fallback
 from obscura_jax.checkpoints.directory import MetricsLog, warn
 from obscura_jax.run.data import BatchShape, open_data
 from obscura_jax.runtime.pipeline import Pipeline, build_pipeline
@@ -78,6 +78,7 @@ class TrainOutcome:
     stage_facts: list[dict] = field(default_factory=list)  # per stage, from the process that runs it
     swap_counters: dict = field(default_factory=dict)
     start_step: int = 0
+    before_resume: list = field(default_factory=list)   # the metrics log's steps up to start_step (resumed)
     update_seconds: float | None = None   # optimizer step of all stages, timed in the charted step
     chart_step: int | None = None         # the step the timeline shows (obscura_jax.observe.step_time)
     chart_seconds: float | None = None    # its wall time: the run's measured iteration time
@@ -132,7 +133,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
     metrics = MetricsLog(run.checkpoint_dir) if ckpt is not None and group.is_leader else None
     try:
         if metrics is not None:
-            metrics.start(outcome.start_step)
+            outcome.before_resume = metrics.start(outcome.start_step)
         interrupt.raise_if_requested()
         if run.measure_costs:
             _measure(outcome, group)
@@ -194,30 +195,6 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         raise
     group.progress("set-up")
     return outcome, data, ckpt, identity
-
-
-def restore_with_fallback(ckpt, like: list, step: int, group: ProcessGroup) -> tuple[int | None, list | None]:
-    """(step, trees) of the newest checkpoint from `step` down that restores on every
-    process; a damaged one is skipped with one warning line (None, None: none left)."""
-    from obscura_jax.checkpoints.pipeline import skip_damaged  # lazy: only resumed runs
-    from obscura_jax.errors import error_line
-
-    candidates = [step] + ckpt.steps_before(step)
-    for i, cand in enumerate(candidates):
-        try:
-            trees, failure = ckpt.restore(like, cand), None
-        except RunError:
-            raise
-        except Exception as e:  # noqa: BLE001  a damaged step: every process falls back together
-            trees, failure = None, e
-        failed = [f for f in group.gather("restore", None if failure is None else
-                                          f"{type(failure).__name__}: {error_line(failure)}") if f]
-        if not failed:
-            return cand, trees
-        if group.is_leader:
-            skip_damaged(ckpt, cand, candidates[i + 1] if i + 1 < len(candidates) else None,
-                         failure or RuntimeError(failed[0]))
-    return None, None
 
 
 def _trees(states: list) -> list:
