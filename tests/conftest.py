@@ -127,6 +127,7 @@ WEIGHTS = {
     "tests/obscura_jax/cli/commands/test_train.py": 27,
     "tests/examples/test_parallel_block.py": 27,
     "tests/obscura_jax/profiling/test_profiler.py": 26,
+    "tests/obscura_jax/cli/test_sigterm.py": 26,
     "tests/obscura_jax/cli/commands/test_compare.py": 25,
     "tests/obscura_jax/cli/test_interrupt.py": 23,
     "tests/examples/test_custom_model.py": 21,

@@ -26,6 +26,7 @@ from tqdm import tqdm
 import schedules
 from obscura_jax.runtime.stage_mesh import device_bytes, local_value
 from obscura_jax.checkpoints.checkpointer import open_checkpointer, restore_with_fallback
+from obscura_jax.checkpoints.stop import share_step_end, stop_after
 from obscura_jax.checkpoints.directory import MetricsLog, warn
 from obscura_jax.run.data import BatchShape, open_data
 from obscura_jax.runtime.pipeline import Pipeline, build_pipeline
@@ -266,6 +267,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
     recorder = None
     first_timed = first_timed_step(outcome.start_step, run.steps, run.warmup_steps)
     profiling = None
+    interrupt.defer_sigterm(True)   # SIGTERM: stop at a step's end (checkpoints/stop.py)
     try:
         for step in range(outcome.start_step, run.steps):
             interrupt.raise_if_requested()
@@ -291,7 +293,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
                 events = recorder.close()
                 recorded.append(RecordedStep(step + 1, t0, t_actions, t0 + seconds, events, recorder.transfers()))
                 recorder = None
-            losses = next(v for v in group.gather("loss", mine) if v is not None)
+            losses, sigterm = share_step_end(group, mine)
             loss = float(np.mean(losses))
             if not np.isfinite(loss):
                 raise RunError(f"loss became {loss} at step {step + 1}")
@@ -306,11 +308,13 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{pipe.shape.tokens_per_step / seconds:,.0f}")
             done = step + 1
             if ckpt is not None and ((run.checkpoint_every and done % run.checkpoint_every == 0)
-                                     or done == run.steps):
+                                     or done == run.steps or sigterm):
                 group.progress(f"saving the checkpoint of step {done}")
                 ckpt.save(done, _trees(states), identity)
                 interrupt.note_checkpoint(ckpt.directory, done)
             group.progress(f"step {done}", seconds)
+            if sigterm:
+                stop_after(done, sigterm, group)
     finally:
         ex.transport.recorder = None
         if recorder is not None:  # a step failed while recording: stop the waiter threads
@@ -319,6 +323,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             profiling.__exit__(None, None, None)
         if bar is not None:
             bar.close()
+        interrupt.defer_sigterm(False)   # last: a SIGTERM that came after the last step is raised now
     return recorded, peak_live
 
 
