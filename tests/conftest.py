@@ -118,6 +118,7 @@ WEIGHTS = {
     "tests/obscura_jax/test_command_matrix_gpt.py": 69,
     "tests/obscura_jax/processes/test_watchdog.py": 68,
     "tests/obscura_jax/runtime/test_stage_mesh.py": 58,
+    "tests/obscura_jax/processes/test_faults.py": 52,
     "tests/obscura_jax/runtime/test_stage_mesh_processes.py": 44,
     "tests/planner/test_mesh_plan_measured.py": 33,
     "tests/obscura_jax/test_numerics_llama.py": 29,
