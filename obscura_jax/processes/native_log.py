@@ -9,7 +9,7 @@ descriptors 1 and 2 at `path` and moves Python's sys.stdout and sys.stderr onto
 copies of the original descriptors: what the run prints itself (its report, its
 one-line errors) still reaches the terminal or the launcher, everything native goes
 to the log. A native crash's own words (an XLA `F...` check failure) are in the log
-too: the launcher quotes the log's last line when it names the process
+too: the launcher quotes the log's last fatal line when it names the process
 (obscura_jax.processes.supervise), and docs/multiprocess.md says where the log is.
 """
 from __future__ import annotations
@@ -60,15 +60,14 @@ def _keep_python_stream(fd: int, name: str) -> None:
 _FATAL = re.compile(r"F\d{4} \d\d:\d\d:\d\d")
 
 
-def cause_line(path: str, limit: int = 256 * 1024) -> str:
-    """The line of a log that most likely says why its process died: the last fatal
-    log line, else the last line that is no stack frame ('' when none)."""
+def fatal_line(path: str, limit: int = 256 * 1024) -> str:
+    """The last fatal log line of a log (what XLA says as it aborts its process), ''
+    when there is none or the log cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - limit))
-            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines()]
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
-    lines = [line for line in lines if line and not line.startswith(("@ ", "*** "))]
-    return next((line for line in reversed(lines) if _FATAL.match(line)), lines[-1] if lines else "")
+    return next((line.strip() for line in reversed(lines) if _FATAL.match(line.strip())), "")

@@ -17,8 +17,8 @@ fails:
 
 - it names the process unless the process said its own error line:
   `obscura: error: process 1 of 2 ended by SIGKILL; stopping the others` (for a crash,
-  with its last words, usually from its log: `...; its last line: F1205 ... (its log:
-  /tmp/obscura-run-.../p1.log)`);
+  with its last words, a fatal line from its log when XLA said one: `...; its last
+  line: F1205 ... (its log: /tmp/obscura-run-.../p1.log)`);
 - it stops the others (`stop_the_others`): at once when the process died by a
   signal (nobody told them: they would wait for it until their watchdog's heartbeat
   limit), after `grace` seconds when it exited with an error status (it published
@@ -51,7 +51,7 @@ from obscura_jax.cli import interrupt
 from obscura_jax.processes.coordinator import check_port_free
 from obscura_jax.processes.launch import (ENV_COORDINATOR, ENV_DEVICE_IDS, ENV_ID, ENV_NUM, ENV_TRANSFER,
                                           ERROR_PREFIX, free_ports)
-from obscura_jax.processes.native_log import ENV_LOG_FILE, cause_line
+from obscura_jax.processes.native_log import ENV_LOG_FILE, fatal_line
 
 ERROR_LINES = (ERROR_PREFIX, "obscura: internal error", "obscura: interrupted", "obscura: terminated")
 TERM_GRACE_S = 120.0    # after forwarding SIGTERM: the children end at their step's end, checkpointed
@@ -76,6 +76,13 @@ def signal_name(n: int) -> str:
         return signal.Signals(n).name
     except ValueError:
         return f"signal {n}"
+
+
+def _has_text(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:        # it never got as far as opening its log
+        return False
 
 
 def exit_status(rc: int) -> int:
@@ -180,11 +187,10 @@ class LocalRun:
         of a process that crashed."""
         rc = self.procs[i].returncode
         text = f"process {i} of {self.n} {describe_exit(rc)}"
-        if rc > 0 or -rc not in QUIET_SIGNALS:
-            native = cause_line(self.log_path(i))
-            words = native or self.last_line[i]
-            if words:
-                text += f"; its last line: {words[:300]}" + (f" (its log: {self.log_path(i)})" if native else "")
+        if rc > 0 or -rc not in QUIET_SIGNALS:      # a crash: its last words, and where the rest is
+            words = fatal_line(self.log_path(i)) or self.last_line[i]
+            text += f"; its last line: {words[:300]}" if words else ""
+            text += f" (its log: {self.log_path(i)})" if _has_text(self.log_path(i)) else ""
         others = [j for j in self.running() if j != i]
         return text + ("; stopping the others" if others else "")
 
