@@ -28,7 +28,9 @@ fails:
 
 SIGTERM to the launcher (a batch scheduler's notice) is forwarded to every child:
 they stop at the end of the running step, checkpoint it and exit 143
-(obscura_jax/checkpoints/stop.py); the launcher then exits 143. Ctrl-C kills them
+(obscura_jax/checkpoints/stop.py); the launcher then says the run's one line in
+their stead (`obscura: terminated by SIGTERM; last complete checkpoint: ...`) and
+exits 143. Ctrl-C kills them
 at once (130). The log directory is removed after a clean run and kept, named on
 the last line, after a failed one.
 
@@ -129,6 +131,7 @@ class LocalRun:
         self.said_error = [False] * num_processes
         self.last_line = [""] * num_processes
         self.killed: set[int] = set()          # stopped by the launcher
+        self.forwarded = False                 # SIGTERM passed on: the launcher says the run's one line
         self.failures: list[int] = []          # failed processes, in the order seen
         self._errors_seen: set[str] = set()
         self._pumps = [threading.Thread(target=self._pump, args=(i,), daemon=True) for i in range(num_processes)]
@@ -154,7 +157,8 @@ class LocalRun:
             error = line.startswith(ERROR_LINES)
             self.said_error[i] = self.said_error[i] or error
             self.last_line[i] = line.strip() or self.last_line[i]
-            self.say(f"[p{i}] {line}", error=error)
+            if not (self.forwarded and line.startswith("obscura: terminated")):   # each its own words of it
+                self.say(f"[p{i}] {line}", error=error)
 
     def running(self) -> list[int]:
         return [i for i, p in enumerate(self.procs) if p.poll() is None]    # polls every child
@@ -248,7 +252,7 @@ def _supervise(run: LocalRun, grace: float) -> int:
         if not running:
             break
         if interrupt.sigterm_pending() and forwarded is None:
-            forwarded = time.monotonic()
+            forwarded, run.forwarded = time.monotonic(), True
             run.stop_the_others(signal.SIGTERM)
         # after SIGTERM's forwarding the children stop at their step's end and checkpoint: they get longer
         deadline = forwarded + TERM_GRACE_S if forwarded is not None else stop_at
@@ -256,9 +260,8 @@ def _supervise(run: LocalRun, grace: float) -> int:
             run.stop_the_others()
         time.sleep(0.05)
     run.join_pumps()
-    if forwarded is not None:
-        if not any(run.said_error):
-            run.say(interrupt.interrupted_line(kind="SIGTERM"), error=True)
+    if forwarded is not None:     # one line for the run, naming its last checkpoint
+        run.say(interrupt.interrupted_line(kind="SIGTERM"), error=True)
         rc = interrupt.EXIT_CODES["SIGTERM"]
     elif run.failures:
         rc = exit_status(run.procs[run.failures[0]].returncode)
