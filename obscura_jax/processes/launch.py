@@ -48,7 +48,7 @@ class ProcessSpec:
     step_stall: float = 30.0          # a step may take max(this, 5 x the slowest step) before "stuck"
     setup_stall: float = 600.0        # compiling, measuring, checkpointing: seconds before "stuck"
     log_file: str | None = None       # C and C++ output (obscura_jax.processes.native_log); None: a temp file
-    connect_timeout: float = 25.0     # seconds to reach the coordinator (obscura_jax.processes.coordinator)
+    connect_timeout: float = 20.0     # seconds to reach the coordinator (obscura_jax.processes.coordinator)
     join_timeout: float = 120.0       # seconds for every process to join
 
     def __post_init__(self):

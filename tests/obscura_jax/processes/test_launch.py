@@ -26,7 +26,7 @@ def test_environment_names_the_process_and_flags_win():
     assert (spec.coordinator, spec.num_processes, spec.process_id) == ("10.0.0.1:1234", 4, 2)
     assert spec.transfer_address == "10.0.0.3:5555" and spec.platform == "auto"
     assert spec.log_file is None and spec.native_log.endswith(f"obscura-p2-{os.getpid()}.log")
-    assert (spec.connect_timeout, spec.join_timeout) == (25.0, 120.0)
+    assert (spec.connect_timeout, spec.join_timeout) == (20.0, 120.0)
     spec = process_spec(None, None, None, devices=None,
                         environ={**ENV, "OBSCURA_LOG_FILE": "/x/p2.log", "OBSCURA_CONNECT_SECONDS": "200"})
     assert spec.native_log == "/x/p2.log" and (spec.connect_timeout, spec.join_timeout) == (200.0, 200.0)
