@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from obscura_jax.processes.coordinator import check_port_free, probe
+from obscura_jax.processes.launch import free_ports
 from obscura_jax.checkpoints.directory import MetricsLog
 from tests.obscura_jax.mp_helpers import ROOT, TINY, crash_report, launch
 
@@ -109,13 +110,10 @@ def test_a_taken_or_unreachable_coordinator_is_one_line(tmp_path):
     taken port, process 1 toward a port nothing listens on, and toward a port another
     program holds. Each ends with one line and exit 2, where JAX would die of SIGSEGV
     (process 0) or abort with a C++ stack after its initialization timeout."""
+    taken, refused = free_ports(2)
     held = socket.socket()
-    held.bind(("127.0.0.1", 0))
+    held.bind(("127.0.0.1", taken))
     held.listen()
-    taken = held.getsockname()[1]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        refused = s.getsockname()[1]
     with pytest.raises(Exception, match=f"coordinator port {taken} is taken"):
         check_port_free(f"127.0.0.1:{taken}")
     assert "connection refused" in probe(f"127.0.0.1:{refused}")
