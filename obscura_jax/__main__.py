@@ -1,6 +1,7 @@
-"""`python -m obscura_jax` and the `obscura` script. Ctrl-C is handled from the first
-line on (obscura_jax.cli.interrupt), before the command line's imports: an import cut short
-is an interrupt too, with the same line and exit code (130) as one during a command."""
+"""`python -m obscura_jax` and the `obscura` script. Ctrl-C and SIGTERM are handled from
+the first line on (obscura_jax.cli.interrupt), before the command line's imports: an import
+cut short is an interrupt too, with the same line and exit code (130; 143 for SIGTERM) as
+one during a command."""
 import os
 import sys
 
@@ -13,10 +14,12 @@ interrupt.note_train_argv(sys.argv[1:])   # a train's Ctrl-C line names its last
 
 
 def _interrupted() -> None:
-    """Ctrl-C before the command line's own handling took over (its imports, entry's
-    first lines): uncaught there, the interpreter would kill itself silently (-SIGINT)."""
-    os.write(2, (interrupt.interrupted_line() + "\n").encode())
-    os._exit(130)
+    """Ctrl-C (or SIGTERM) before the command line's own handling took over (its imports,
+    entry's first lines): uncaught there, the interpreter would kill itself silently
+    (-SIGINT). Written to sys.stderr's descriptor: in a process of several, C++ code's
+    descriptor 2 goes to a log file (obscura_jax.processes.native_log)."""
+    os.write(sys.stderr.fileno(), (interrupt.interrupted_line() + "\n").encode())
+    os._exit(interrupt.exit_code())
 
 
 def main() -> None:

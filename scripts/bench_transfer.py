@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from obscura_jax.cli.main import run_command
-from obscura_jax.processes.launch import ENV_NUM, launch_local, process_spec
+from obscura_jax.processes.launch import ENV_NUM, process_spec
+from obscura_jax.processes.supervise import launch_local
 from schedules.jsonio import write_json_atomic
 
 

@@ -128,7 +128,7 @@ def _alive(pid) -> bool:
 
 class MetricsLog:
     """metrics.jsonl of one run: `start(step)` cuts it back to `step` (0: empties
-    it), `append(...)` adds a step."""
+    it) and returns what it kept, `append(...)` adds a step."""
 
     def __init__(self, directory: str | Path):
         self.path = Path(directory) / METRICS_NAME
@@ -149,10 +149,13 @@ class MetricsLog:
                 out.append(entry)
         return out
 
-    def start(self, step: int) -> None:
+    def start(self, step: int) -> list[dict]:
+        """Cut the log back to `step` and open it for appending; the steps kept (a
+        resumed run's curve before the resume)."""
         kept = [e for e in self.entries() if e["step"] <= step]
         write_text_atomic(self.path, "".join(json.dumps(e) + "\n" for e in kept))
         self._file = open(self.path, "a")
+        return kept
 
     def append(self, step: int, loss: float, seconds: float) -> None:
         self._file.write(json.dumps({"step": step, "loss": loss, "seconds": seconds}) + "\n")

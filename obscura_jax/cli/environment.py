@@ -3,8 +3,9 @@ is one line naming the variable (exit 2), not a traceback deep in a child proces
 or in JAX's import (issue 24).
 
 OBSCURA_COORDINATOR, OBSCURA_NUM_PROCESSES, OBSCURA_PROCESS_ID, OBSCURA_TRANSFER_ADDRESS,
-OBSCURA_LOCAL_DEVICE_IDS, OBSCURA_HEARTBEAT_SECONDS, OBSCURA_STEP_STALL_SECONDS
-(obscura_jax.processes.launch, docs/multiprocess.md) and JAX_ENABLE_X64 (JAX parses it when it
+OBSCURA_LOCAL_DEVICE_IDS, OBSCURA_HEARTBEAT_SECONDS, OBSCURA_STEP_STALL_SECONDS,
+OBSCURA_CONNECT_SECONDS (obscura_jax.processes.launch, docs/multiprocess.md; OBSCURA_LOG_FILE
+takes any path, checked when it is opened) and JAX_ENABLE_X64 (JAX parses it when it
 is imported).
 OBSCURA_DEBUG takes any value. An empty variable counts as unset, as the readers do."""
 from __future__ import annotations
@@ -41,6 +42,7 @@ CHECKS = {
                                  "comma-separated device indices >= 0, e.g. 0,1"),
     "OBSCURA_HEARTBEAT_SECONDS": (_seconds, f"a number of seconds in (0, {MAX_SECONDS}]"),
     "OBSCURA_STEP_STALL_SECONDS": (_seconds, f"a number of seconds in (0, {MAX_SECONDS}]"),
+    "OBSCURA_CONNECT_SECONDS": (_seconds, f"a number of seconds in (0, {MAX_SECONDS}]"),
     "JAX_ENABLE_X64": (lambda v: v.strip().lower() in JAX_BOOLS, "true or false (or 1 / 0)"),
 }
 

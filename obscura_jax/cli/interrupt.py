@@ -1,4 +1,11 @@
-"""Ctrl-C on the command line: remembered as well as raised.
+"""Ctrl-C and SIGTERM on the command line: remembered as well as raised.
+
+SIGTERM (what batch schedulers send before preemption, and `kill`'s default) is
+handled as Ctrl-C is, raised as `Terminated` (a KeyboardInterrupt, so every path
+that ends a command on Ctrl-C ends it the same way): one line, exit 143 instead of
+130. One difference: a training run asks for SIGTERM to wait while a step runs
+(`defer_sigterm`), so that it can checkpoint the last completed step and stop there
+(obscura_jax/checkpoints/stop.py); Ctrl-C is never deferred.
 
 SIGINT raises KeyboardInterrupt as Python's own handler does, and also sets a flag,
 because an interrupt can be lost or disguised: raised inside a callback Python runs
@@ -46,7 +53,11 @@ import time
 from importlib.machinery import ExtensionFileLoader
 from pathlib import Path
 
-_requested = threading.Event()
+_requested = threading.Event()     # an interrupt is being raised (Ctrl-C, or SIGTERM not deferred)
+_sigterm = threading.Event()       # SIGTERM came (raised, or waiting for the step to end)
+_defer_sigterm = False             # a training step runs: SIGTERM waits for its end
+_kind = "SIGINT"                   # the interrupt being raised: SIGINT or SIGTERM
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}    # 128 + the signal's number, as a shell shows it
 _UNSET = object()
 _checkpoint_dir = _UNSET     # the running train's --checkpoint-dir (None: it saves none)
 
@@ -88,22 +99,44 @@ def last_checkpoint_step(directory) -> int | None:
     return max(steps, default=None)
 
 
-def interrupted_line(prog: str = "obscura") -> str:
-    """The one line Ctrl-C prints: for a train, the last complete checkpoint step."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be; `who` names the processes that got it
+    in a run of several (every process raises it at the same step)."""
+
+    def __init__(self, who: tuple[int, ...] = ()):
+        super().__init__()
+        self.who = tuple(who)
+
+
+def interrupted_line(prog: str = "obscura", kind: str | None = None) -> str:
+    """The one line Ctrl-C (or SIGTERM: `kind`, default the interrupt being raised)
+    prints: for a train, the last complete checkpoint step."""
+    what = "interrupted" if (kind or _kind) == "SIGINT" else "terminated by SIGTERM"
+    return f"{prog}: {what}{checkpoint_note()}"
+
+
+def checkpoint_note() -> str:
+    """'' for a command that is no train; else '; ' and where its last complete checkpoint is."""
     if _checkpoint_dir is _UNSET:
-        return f"{prog}: interrupted"
+        return ""
     if _checkpoint_dir is None:
-        return f"{prog}: interrupted; no checkpoint saved (no --checkpoint-dir)"
+        return "; no checkpoint saved (no --checkpoint-dir)"
     step = last_checkpoint_step(_checkpoint_dir)
     if step is None:
-        return f"{prog}: interrupted; no complete checkpoint in {_checkpoint_dir} yet"
-    return (f"{prog}: interrupted; last complete checkpoint: step {step} in {_checkpoint_dir} "
-            "(continue with --resume)")
+        return f"; no complete checkpoint in {_checkpoint_dir} yet"
+    return f"; last complete checkpoint: step {step} in {_checkpoint_dir} (continue with --resume)"
+
+
+def exit_code() -> int:
+    """130 after Ctrl-C, 143 after SIGTERM (128 + the signal's number)."""
+    return EXIT_CODES[_kind]
 
 
 def install() -> None:
-    """Ctrl-C from here on (idempotent). The interpreter's own start-up comes before."""
+    """Ctrl-C and SIGTERM from here on (idempotent). The interpreter's own start-up
+    comes before."""
     signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     sys.unraisablehook = _unraisable
     sys.excepthook = _excepthook
     threading.excepthook = _thread_excepthook
@@ -155,7 +188,7 @@ def _send_again_soon() -> None:
         while _in_code(sys._current_frames().get(main), (_unraisable.__code__,)):
             time.sleep(0.005)
         _resend.release()
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.Signals[_kind])
     threading.Thread(target=again, daemon=True, name="ctrl-c after a dropped interrupt").start()
 
 
@@ -167,13 +200,27 @@ def _excepthook(exc_type, exc, tb) -> None:
 
 
 def _on_sigint(signum, frame) -> None:
+    _raise("SIGINT", frame)
+
+
+def _on_sigterm(signum, frame) -> None:
+    _sigterm.set()
+    if _defer_sigterm and not _requested.is_set():
+        return                                # the running step ends first (defer_sigterm)
+    _raise("SIGTERM", frame)
+
+
+def _raise(kind: str, frame) -> None:
+    global _kind
+    if not _requested.is_set() or kind == "SIGINT":   # Ctrl-C after SIGTERM: Ctrl-C's line and code
+        _kind = kind
     if not _requested.is_set():
         _requested.set()
         logging.disable(logging.CRITICAL)     # the libraries' own words on being cut short (see above)
     if in_extension_init(frame):
-        _send_again_after_init()
+        _send_again_after_init(signal.Signals[kind])
         return
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt if _kind == "SIGINT" else Terminated()
 
 
 # the frames an extension module's set-up runs under (importlib's own code objects)
@@ -198,7 +245,7 @@ def _in_code(frame, codes) -> bool:
 _resend = threading.Lock()    # held while a re-send waits: several Ctrl-C in one init, one interrupt
 
 
-def _send_again_after_init() -> None:
+def _send_again_after_init(signum: int = signal.SIGINT) -> None:
     if not _resend.acquire(blocking=False):
         return
     main = threading.main_thread().ident
@@ -207,16 +254,42 @@ def _send_again_after_init() -> None:
         while in_extension_init(sys._current_frames().get(main)):
             time.sleep(0.01)
         _resend.release()
-        os.kill(os.getpid(), signal.SIGINT)    # handled again, now where raising is safe
+        os.kill(os.getpid(), signum)    # handled again, now where raising is safe
     threading.Thread(target=wait, daemon=True, name="ctrl-c after extension init").start()
 
 
 def requested() -> bool:
-    """Whether Ctrl-C came since install()."""
+    """Whether Ctrl-C (or a SIGTERM that was raised) came since install()."""
     return _requested.is_set()
 
 
 def raise_if_requested() -> None:
-    """KeyboardInterrupt if Ctrl-C came and was swallowed on its way."""
+    """KeyboardInterrupt (Terminated for SIGTERM) if one came and was swallowed on its way."""
     if _requested.is_set():
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt if _kind == "SIGINT" else Terminated()
+
+
+def defer_sigterm(on: bool, handled: bool = False) -> None:
+    """While on, SIGTERM is only noted (sigterm_pending): the caller, a training loop,
+    stops at the end of the running step and calls terminate(). Turned off, a SIGTERM
+    that came meanwhile and was not acted on is sent again, to be raised at once;
+    unless `handled` (the launcher of several processes forwards it instead)."""
+    global _defer_sigterm
+    _defer_sigterm = on
+    if not on and not handled and _sigterm.is_set() and not _requested.is_set():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def sigterm_pending() -> bool:
+    """Whether SIGTERM came since install() (raised or deferred)."""
+    return _sigterm.is_set()
+
+
+def terminate(who: tuple[int, ...] = ()) -> None:
+    """Raise Terminated, as SIGTERM's handler does (the deferred stop's end)."""
+    global _kind
+    _kind = "SIGTERM"
+    if not _requested.is_set():
+        _requested.set()
+        logging.disable(logging.CRITICAL)
+    raise Terminated(who)

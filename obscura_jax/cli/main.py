@@ -114,9 +114,9 @@ def load_model_modules(args) -> None:
 
 
 def interrupted(prog: str) -> int:
-    """One line (for a train: its last complete checkpoint step), exit 130."""
+    """One line (for a train: its last complete checkpoint step), exit 130 (143 after SIGTERM)."""
     print(interrupt.interrupted_line(prog), file=sys.stderr)
-    return 130
+    return interrupt.exit_code()
 
 
 def reader_gone() -> int:
@@ -167,7 +167,7 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """body() -> exit code. An ObscuraError or OSError is bad input: one line
     `<prog>: error: ...`, exit 2, as is an exception raised in a user's model module
     (the line names its file and line). Anything else is a bug: traceback, a line asking
-    to report it, exit 1. Ctrl-C: exit 130. A closed stdout pipe that stopped it
+    to report it, exit 1. Ctrl-C: exit 130; SIGTERM: 143. A closed stdout pipe that stopped it
     (where stdout is not a StdoutAfterReader): exit 141, silent."""
     try:
         code = int(body() or 0)
@@ -223,11 +223,11 @@ def entry() -> None:
     """The `obscura` script and `python -m obscura_jax`: main(), then exit with its code.
     Every output is complete (or absent) once main() has returned: files are written
     whole-or-not-at-all and the cleanups ran while the error unwound. So
-    - after Ctrl-C (130) the process leaves without the interpreter's teardown: an
-      interrupt inside an XLA compile or call can leave XLA's threads running, and
-      tearing the runtime down under them dies of SIGSEGV;
-    - Ctrl-C during the teardown is ignored: the teardown restores SIGINT's default
-      action, and a late Ctrl-C would kill the process silently (-SIGINT)."""
+    - after Ctrl-C (130) or SIGTERM (143) the process leaves without the interpreter's
+      teardown: an interrupt inside an XLA compile or call can leave XLA's threads
+      running, and tearing the runtime down under them dies of SIGSEGV;
+    - Ctrl-C and SIGTERM during the teardown are ignored: the teardown restores their
+      default actions, and a late one would kill the process silently (-SIGINT)."""
     interrupt.install()
     sys.stdout = StdoutAfterReader(sys.stdout)
     try:
@@ -239,7 +239,8 @@ def entry() -> None:
     except BrokenPipeError:
         code = reader_gone()
     sys.stderr.flush()
-    if code == 130:
+    if code in interrupt.EXIT_CODES.values():
         os._exit(code)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)

@@ -63,7 +63,10 @@ def train_report(res: dict) -> str:
     if res.get("plan_note"):
         out.append(f"plan: {res['plan_note']}")
     if losses:
-        out.append(f"loss: step {res['steps'][0]} {losses[0]:.4f} -> step {res['steps'][-1]} {losses[-1]:.4f}")
+        earlier = sum(res.get("before_resume") or ())
+        out.append(f"loss: step {res['steps'][0]} {losses[0]:.4f} -> step {res['steps'][-1]} {losses[-1]:.4f}"
+                   + (f" (steps {res['steps'][0]}-{res['steps'][earlier - 1]} before the resume, from the "
+                      "checkpoint's metrics log)" if earlier else ""))
     rows = [["iteration time", fmt_time(res["iteration_time"]), fmt_time(res["simulated_iteration_time"]),
              _ratio(res["iteration_time"], res["simulated_iteration_time"])]]
     if res.get("simulated_serial_time"):
@@ -109,18 +112,21 @@ def train_report(res: dict) -> str:
 def stage_tables(res: dict) -> list[str]:
     """One row per model stage; when a pipeline device runs several model stages
     (interleaved, zb-v, ...), a `dev` column and one row per pipeline device too
-    (the idle figures are the device's)."""
+    (the idle figures are the device's); with several processes, `proc` and `device`
+    columns (the process that ran the stage, its device as p<process>:<local id>)."""
     chunked = any(len(d["stages"]) > 1 for d in res.get("pipeline_devices") or ())
+    several = res.get("processes", 1) > 1
     rows = []
     for s, st in enumerate(res["stages"]):
         m = st.get("measured") or {}
-        rows.append([str(s)] + ([str(st["pipeline_device"])] if chunked else [])
+        rows.append([str(s)] + ([str(st["process"]), str(st["device"])] if several else [])
+                    + ([str(st["pipeline_device"])] if chunked else [])
                     + [format_units(st["units"]), st["policy"]["name"],
                        "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
                        format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
                        format_bytes(st.get("simulated_peak_bytes")),
                        fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
-    out = [table(["stage"] + (["dev"] if chunked else [])
+    out = [table(["stage"] + (["proc", "device"] if several else []) + (["dev"] if chunked else [])
                  + ["units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows)]
     if chunked:
         rows = []

@@ -31,6 +31,38 @@ def cpu_note(devices) -> str | None:
             "turns on the cores, so measured times overstate what a real pipeline would take")
 
 
+def device_name(device, processes: int) -> str:
+    """'cpu:0' in a run of one process; 'p1:cpu:0' (process, platform, the device's id
+    in its process) in a run of several, where JAX's global ids (cpu:2048) say little."""
+    if processes <= 1:
+        return str(device)
+    local = device.local_hardware_id       # a GPU's number on its host
+    if device.platform == "cpu" or local is None:   # emulated CPU devices: their place in the process's list
+        import jax  # lazy: loaded already by the run being summarised
+        local = sorted(d.id for d in jax.devices() if d.process_index == device.process_index).index(device.id)
+    return f"p{device.process_index}:{str(device).rsplit(':', 1)[0]}:{local}"
+
+
+def mesh_name(mesh, processes: int) -> str:
+    """A stage mesh as the summary names it: its device, or its devices and D x T."""
+    if processes <= 1:
+        return mesh.describe()
+    if mesh.single:
+        return device_name(mesh.lead, processes)
+    return f"[{', '.join(device_name(d, processes) for d in mesh.devices)}] ({mesh.data} data x {mesh.tensor} tensor)"
+
+
+def loss_curve(out) -> dict:
+    """`steps`, `losses`, `step_seconds` of the whole run: a resumed run's earlier steps
+    from its checkpoint directory's metrics log, then its own; `before_resume` marks
+    the earlier ones."""
+    earlier = [e for e in out.before_resume if e["step"] <= out.start_step]
+    return {"steps": [e["step"] for e in earlier] + [s.step for s in out.steps],
+            "losses": [e["loss"] for e in earlier] + [s.loss for s in out.steps],
+            "step_seconds": [e["seconds"] for e in earlier] + [s.seconds for s in out.steps],
+            "before_resume": [True] * len(earlier) + [False] * len(out.steps)}
+
+
 def summarize(out) -> dict:
     """Everything a person or a script wants from a run, JSON-ready.
     Long: one flat dict, built field by field."""
@@ -72,7 +104,8 @@ def summarize(out) -> dict:
         # memory_stats is per device: it is this stage's peak only if no other stage shares it.
         alone = sum(d.id == devices[s].id for d in devices) == 1
         own_peak = device_peak if alone else None
-        row.update({"process": facts["process"], "pipeline_device": where[s], "weight_bytes": weight,
+        row.update({"process": facts["process"], "device": mesh_name(pipe.placement.mesh(s), pipe.group.size),
+                    "pipeline_device": where[s], "weight_bytes": weight,
                     "peak_activation_bytes": live,
                     "temp_bytes": facts["temp_bytes"], "accounted_peak_bytes": accounted,
                     "device_peak_bytes": device_peak,
@@ -112,12 +145,12 @@ def summarize(out) -> dict:
         "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
         "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
         "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
-        "devices": [str(d) for d in devices], "placement_note": pipe.placement.note,
+        "devices": [device_name(d, pipe.group.size) for d in devices], "placement_note": pipe.placement.note,
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
-        "steps": [s.step for s in logs], "losses": [s.loss for s in logs],
-        "step_seconds": [s.seconds for s in logs],
+        **loss_curve(out),
         "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel, "devices": len(every_device),
-                   "stage_meshes": [pipe.placement.mesh(s).describe() for s in range(schedule.num_stages)]},
+                   "stage_meshes": [mesh_name(pipe.placement.mesh(s), pipe.group.size)
+                                    for s in range(schedule.num_stages)]},
         "iteration_time": iteration, "step_time": step_time, "cpu_note": cpu_note(every_device),
         "timeline_iteration_time": out.chart_seconds, "timeline_step": out.chart_step,
         "bubble_fraction": charted.bubble_fraction if charted is not None else None,

@@ -4,12 +4,17 @@ service's key-value store, the watchdog, clock offsets, and how a process ends.
 Each process (one or several devices) joins with `join(spec)` before JAX starts a
 backend, in this order (issue 11's FINDINGS §1.2, §8.4):
 
-    1. CPU: the number of local devices and this process's cross-process transfer
+    1. C and C++ output to the process's log file (obscura_jax.processes.native_log)
+    2. CPU: the number of local devices and this process's cross-process transfer
        socket (`jax_cross_host_transfer_socket_address`: a config value, read when the
-       backend starts; an environment variable is not read, and port 0 hangs)
-    2. jax.distributed.initialize (bounded start-up; jax's own heartbeat is only a
-       backstop, longer than the watchdog's limit)
-    3. the watchdog (obscura_jax.processes.watchdog), then the clock offset to process 0
+       backend starts; an environment variable is not read, and port 0 hangs); JAX's
+       preemption service off: it would take SIGTERM from our handler (which stops
+       at a step's end, checkpointed: obscura_jax/checkpoints/stop.py) and let the run
+       go on
+    3. jax.distributed.initialize, its coordinator checked first and its wait bounded
+       by a line of ours (obscura_jax.processes.coordinator); jax's own heartbeat is
+       only a backstop, longer than the watchdog's limit
+    4. the watchdog (obscura_jax.processes.watchdog), then the clock offset to process 0
 
 `DistributedGroup` is the ProcessGroup the trainer uses: every collective publishes
 JSON under a name drawn from a counter (aligned, since every process calls the
@@ -19,15 +24,20 @@ jax 0.10-0.11 give to it).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import pickle
 import sys
 import threading
 import time
 import traceback
 from models.errors import ObscuraError
-from obscura_jax.errors import RunError, error_line
+from obscura_jax.cli import interrupt
+from obscura_jax.errors import RunError, UsageError, error_line
+from obscura_jax.processes import native_log
+from obscura_jax.processes.coordinator import JoinDeadline, check_port_free
 from obscura_jax.processes.launch import ProcessSpec
 from obscura_jax.processes.process_group import ProcessGroup
 from obscura_jax.processes.watchdog import Watchdog
@@ -41,17 +51,28 @@ def join(spec: ProcessSpec) -> "DistributedGroup":
     import jax  # lazy: the command line chooses devices before JAX starts
     from jax._src.distributed import global_state  # lazy: as above
 
+    if spec.process_id == 0:
+        check_port_free(spec.coordinator)
+    try:
+        native_log.divert(spec.native_log)
+    except OSError as e:
+        raise UsageError(f"cannot write the process's log {spec.native_log} ({e.strerror}): set "
+                         f"{native_log.ENV_LOG_FILE} to a writable path") from None
     if spec.platform in ("cpu", "auto"):
         jax.config.update("jax_num_cpu_devices", spec.devices_per_process)
         if spec.transfer_address:
             jax.config.update("jax_cross_host_transfer_socket_address", spec.transfer_address)
     if spec.platform == "cpu":
         jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(spec.coordinator, spec.num_processes, spec.process_id,
-                               local_device_ids=list(spec.local_device_ids) if spec.local_device_ids else None,
-                               cluster_detection_method="deactivate", initialization_timeout=120,
-                               heartbeat_timeout_seconds=int(4 * spec.heartbeat_limit),
-                               shutdown_timeout_seconds=30)
+    jax.config.update("jax_enable_preemption_service", False)
+    with JoinDeadline(spec.coordinator, spec.process_id, spec.num_processes, reach=spec.connect_timeout,
+                      join=spec.join_timeout):
+        jax.distributed.initialize(spec.coordinator, spec.num_processes, spec.process_id,
+                                   local_device_ids=list(spec.local_device_ids) if spec.local_device_ids else None,
+                                   cluster_detection_method="deactivate",
+                                   initialization_timeout=int(spec.join_timeout) + 30,   # ours speaks first
+                                   heartbeat_timeout_seconds=int(4 * spec.heartbeat_limit),
+                                   shutdown_timeout_seconds=30)
     group = DistributedGroup(global_state.client, spec)
     group.clock_offset = group.measure_clock_offset()
     return group
@@ -188,6 +209,12 @@ class DistributedGroup(ProcessGroup):
         the heartbeats time to name it, else name this process."""
         if isinstance(error, ObscuraError):
             self.watchdog.abort(error_line(error), 2)
+        if isinstance(error, interrupt.Terminated):     # SIGTERM (checkpoints/stop.py): 143, naming who got it
+            who = error.who or (self.rank,)
+            named = ("every process" if len(who) == self.size else
+                     f"process{'es' if len(who) > 1 else ''} {', '.join(map(str, who))} of {self.size}")
+            self.watchdog.abort(f"{named} got SIGTERM{interrupt.checkpoint_note()}", interrupt.EXIT_CODES["SIGTERM"],
+                                heading="terminated")
         if isinstance(error, KeyboardInterrupt):
             self.watchdog.abort(f"process {self.rank} was interrupted", 130)
         deadline = time.monotonic() + self.spec.heartbeat_limit + 2 * self.watchdog.period
@@ -197,7 +224,8 @@ class DistributedGroup(ProcessGroup):
                 self.watchdog.abort(verdict, 17)
             time.sleep(self.watchdog.period / 2)
         traceback.print_exception(error, file=sys.stderr)
-        self.watchdog.abort(f"process {self.rank} failed: {type(error).__name__}: {error_line(error)}", 1)
+        self.watchdog.abort(f"process {self.rank} failed: {type(error).__name__}: {error_line(error)} "
+                            f"(its C++ log: {self.spec.native_log})", 1)
 
 
 def run_distributed(spec: ProcessSpec, body) -> int:
@@ -209,6 +237,9 @@ def run_distributed(spec: ProcessSpec, body) -> int:
         group.fail(e)
         raise   # not reached: fail() ends the process
     group.finish()
+    if spec.log_file is None:      # a log of our own choosing (several hosts): nothing failed, nothing to keep
+        with contextlib.suppress(OSError):
+            os.remove(spec.native_log)
     return code
 
 

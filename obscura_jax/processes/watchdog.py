@@ -17,9 +17,20 @@ process, printing one line `obscura: error: ...` and calling os._exit, when
     this process made no progress for the time    process R made no progress for N s after ...
       its last `progress` mark allowed (+ 2 `limit` while it waits for another process, so
       the stuck one speaks first)
+    the store does not answer for `limit` s       lost process 0 (its coordination service
+                                                  did not answer for N s: stopped or hung)
+
+The last rule is why every call to the store is bounded (`bounded_call`): the store
+lives in process 0, and a process 0 that is stopped (SIGSTOP, a debugger, a host
+that freezes) keeps its sockets open, so a call to it neither fails nor returns,
+and a watchdog that waited on it would never judge anything. A call that does not
+come back within `limit` s is itself the verdict on process 0: no second channel is
+needed, and it works the same on one host or several (docs/multiprocess.md,
+"Faults").
 
 Beats are judged on the local monotonic clock, so host clocks never matter.
-`abort(line, code)` is how the run's own errors stop every process the same way.
+`abort(line, code)` is how the run's own errors stop every process the same way (the one
+path that ends every process of a run with one line: DistributedGroup.fail uses it).
 Process 0 hosts the coordination service: when it exits, XLA aborts the others
 within ~0.2 s, so it lingers `linger` s after publishing, letting them print their
 own line first. os._exit, not a normal exit: worker threads may be blocked in XLA
@@ -36,6 +47,29 @@ import time
 
 EXIT_LOST, EXIT_PEER, EXIT_STALL = 17, 18, 19
 PREFIX = "obscura"
+PUBLISH_TIMEOUT_S = 2.0     # telling the others is worth this much of a dying process's time
+
+
+def bounded_call(fn, timeout: float):
+    """fn() in a daemon thread: its result (or its exception), or TimeoutError after
+    `timeout` s. A call that never returns stays blocked in its thread; the caller
+    is about to end the process then."""
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  handed to the caller
+            box["error"] = e
+        finally:
+            done.set()
+    threading.Thread(target=run, daemon=True, name="obscura-watchdog-call").start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"no answer within {timeout:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class Watchdog:
@@ -67,7 +101,8 @@ class Watchdog:
         """A clean end: the others stop watching this process."""
         self._stop.set()
         try:
-            self.client.key_value_set(f"{PREFIX}/done/{self.rank}", "1", allow_overwrite=True)
+            bounded_call(lambda: self.client.key_value_set(f"{PREFIX}/done/{self.rank}", "1",
+                                                           allow_overwrite=True), PUBLISH_TIMEOUT_S)
         except Exception:  # the service may already be going down at the very end
             pass
 
@@ -80,17 +115,19 @@ class Watchdog:
                 return f"lost process {p} (no heartbeat for {now - since:.0f} s)"
         return None
 
-    def abort(self, line: str, code: int, publish: bool = True) -> None:
-        """Print `line` once, tell the others (they print it too), and end the process."""
+    def abort(self, line: str, code: int, publish: bool = True, heading: str = "error") -> None:
+        """Print `obscura: <heading>: <line>` once, tell the others (they print it too),
+        and end the process with `code`."""
         with self._lock:
             sys.stdout.flush()
-            sys.stderr.write(f"{PREFIX}: error: {line}\n")
+            sys.stderr.write(f"{PREFIX}: {heading}: {line}\n")
             sys.stderr.flush()
             if publish:
+                told = json.dumps({"line": line, "code": code, "heading": heading})
                 try:
-                    self.client.key_value_set(f"{PREFIX}/abort/{self.rank}",
-                                              json.dumps({"line": line, "code": code}), allow_overwrite=True)
-                except Exception:  # the service is gone: nobody is left to tell
+                    bounded_call(lambda: self.client.key_value_set(f"{PREFIX}/abort/{self.rank}", told,
+                                                                   allow_overwrite=True), PUBLISH_TIMEOUT_S)
+                except Exception:  # the service is gone or stopped: nobody is left to tell
                     pass
             if self.rank == 0:   # its exit takes the service down: let the others read first
                 time.sleep(self.linger)
@@ -103,12 +140,20 @@ class Watchdog:
     def _read(self, name: str) -> dict[str, str]:
         return {k.rsplit("/", 1)[-1]: v for k, v in self.client.key_value_dir_get(f"{PREFIX}/{name}/")}
 
+    def _round(self) -> tuple[dict, dict, dict]:
+        self._beat()
+        return self._read("hb"), self._read("abort"), self._read("done")
+
     def _run(self) -> None:
         while not self._stop.wait(self.period):
             now = time.monotonic()
             try:
-                self._beat()
-                beats, aborts, done = self._read("hb"), self._read("abort"), self._read("done")
+                beats, aborts, done = bounded_call(self._round, self.limit)
+            except TimeoutError:
+                if not self._stop.is_set():
+                    self.abort(f"lost process 0 (its coordination service did not answer for {self.limit:.0f} s: "
+                               "stopped or hung)", EXIT_LOST, publish=False)
+                return
             except Exception as e:  # noqa: BLE001  the service (process 0) is gone
                 if not self._stop.is_set():
                     reason = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
@@ -120,7 +165,8 @@ class Watchdog:
             for p in sorted(aborts, key=int):
                 if int(p) != self.rank:
                     told = json.loads(aborts[p])
-                    self.abort(told["line"], told.get("code", EXIT_PEER), publish=False)
+                    self.abort(told["line"], told.get("code", EXIT_PEER), publish=False,
+                               heading=told.get("heading", "error"))
             for p, (old, since) in self._seen.items():
                 if str(p) in done:
                     continue

@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 import schedules
 from obscura_jax.runtime.stage_mesh import device_bytes, local_value
-from obscura_jax.checkpoints.checkpointer import open_checkpointer
+from obscura_jax.checkpoints.checkpointer import open_checkpointer, restore_with_fallback
+from obscura_jax.checkpoints.stop import share_step_end, stop_after
 from obscura_jax.checkpoints.directory import MetricsLog, warn
 from obscura_jax.run.data import BatchShape, open_data
 from obscura_jax.runtime.pipeline import Pipeline, build_pipeline
@@ -78,6 +79,7 @@ class TrainOutcome:
     stage_facts: list[dict] = field(default_factory=list)  # per stage, from the process that runs it
     swap_counters: dict = field(default_factory=dict)
     start_step: int = 0
+    before_resume: list = field(default_factory=list)   # the metrics log's steps up to start_step (resumed)
     update_seconds: float | None = None   # optimizer step of all stages, timed in the charted step
     chart_step: int | None = None         # the step the timeline shows (obscura_jax.observe.step_time)
     chart_seconds: float | None = None    # its wall time: the run's measured iteration time
@@ -132,7 +134,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
     metrics = MetricsLog(run.checkpoint_dir) if ckpt is not None and group.is_leader else None
     try:
         if metrics is not None:
-            metrics.start(outcome.start_step)
+            outcome.before_resume = metrics.start(outcome.start_step)
         interrupt.raise_if_requested()
         if run.measure_costs:
             _measure(outcome, group)
@@ -194,30 +196,6 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         raise
     group.progress("set-up")
     return outcome, data, ckpt, identity
-
-
-def restore_with_fallback(ckpt, like: list, step: int, group: ProcessGroup) -> tuple[int | None, list | None]:
-    """(step, trees) of the newest checkpoint from `step` down that restores on every
-    process; a damaged one is skipped with one warning line (None, None: none left)."""
-    from obscura_jax.checkpoints.pipeline import skip_damaged  # lazy: only resumed runs
-    from obscura_jax.errors import error_line
-
-    candidates = [step] + ckpt.steps_before(step)
-    for i, cand in enumerate(candidates):
-        try:
-            trees, failure = ckpt.restore(like, cand), None
-        except RunError:
-            raise
-        except Exception as e:  # noqa: BLE001  a damaged step: every process falls back together
-            trees, failure = None, e
-        failed = [f for f in group.gather("restore", None if failure is None else
-                                          f"{type(failure).__name__}: {error_line(failure)}") if f]
-        if not failed:
-            return cand, trees
-        if group.is_leader:
-            skip_damaged(ckpt, cand, candidates[i + 1] if i + 1 < len(candidates) else None,
-                         failure or RuntimeError(failed[0]))
-    return None, None
 
 
 def _trees(states: list) -> list:
@@ -289,6 +267,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
     recorder = None
     first_timed = first_timed_step(outcome.start_step, run.steps, run.warmup_steps)
     profiling = None
+    interrupt.defer_sigterm(True)   # SIGTERM: stop at a step's end (checkpoints/stop.py)
     try:
         for step in range(outcome.start_step, run.steps):
             interrupt.raise_if_requested()
@@ -314,7 +293,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
                 events = recorder.close()
                 recorded.append(RecordedStep(step + 1, t0, t_actions, t0 + seconds, events, recorder.transfers()))
                 recorder = None
-            losses = next(v for v in group.gather("loss", mine) if v is not None)
+            losses, sigterm = share_step_end(group, mine)
             loss = float(np.mean(losses))
             if not np.isfinite(loss):
                 raise RunError(f"loss became {loss} at step {step + 1}")
@@ -329,11 +308,13 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{pipe.shape.tokens_per_step / seconds:,.0f}")
             done = step + 1
             if ckpt is not None and ((run.checkpoint_every and done % run.checkpoint_every == 0)
-                                     or done == run.steps):
+                                     or done == run.steps or sigterm):
                 group.progress(f"saving the checkpoint of step {done}")
                 ckpt.save(done, _trees(states), identity)
                 interrupt.note_checkpoint(ckpt.directory, done)
             group.progress(f"step {done}", seconds)
+            if sigterm:
+                stop_after(done, sigterm, group)
     finally:
         ex.transport.recorder = None
         if recorder is not None:  # a step failed while recording: stop the waiter threads
@@ -342,6 +323,7 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             profiling.__exit__(None, None, None)
         if bar is not None:
             bar.close()
+        interrupt.defer_sigterm(False)   # last: a SIGTERM that came after the last step is raised now
     return recorded, peak_live
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +55,14 @@ class Launched:
                     return [int(p) for p in line.split("(pids ")[1].split(")")[0].split(", ")]
             time.sleep(0.05)
         raise AssertionError(f"no start line:\n{self.text()}")
+
+
+def remove_logs(text: str) -> None:
+    """Remove the log directory a failed launch names on its last line
+    (obscura_jax.processes.supervise keeps it for the user)."""
+    for line in text.splitlines():
+        if line.startswith("obscura: processes ended:") and "; their logs: " in line:
+            shutil.rmtree(line.split("; their logs: ", 1)[1].strip(), ignore_errors=True)
 
 
 def crash_report(text: str, per_process: int = 12, tail: int = 3000) -> str:

@@ -9,7 +9,8 @@ import models
 from obscura_jax.cli.main import add_model_module
 from obscura_jax.devices import parse_devices
 from obscura_jax.errors import UsageError
-from obscura_jax.processes.launch import launch_local, process_spec, without_flag
+from obscura_jax.processes.launch import process_spec, without_flag
+from obscura_jax.processes.supervise import launch_local
 from obscura_jax.run.run_config import RunConfig
 from planner.plan_meta import layout_from_json, source_from_json
 from schedules.generators import CHUNKED

@@ -53,7 +53,7 @@ def test_metrics_log_cuts_back_to_the_resumed_step(tmp_path):
     log.close()
     with open(log.path, "a") as f:
         f.write('{"step": 4, "lo')          # a torn line from a kill
-    log.start(2)
+    assert [e["step"] for e in log.start(2)] == [1, 2]       # what a resumed run's curve starts with
     log.append(3, 30.0, 0.1)
     log.close()
     assert [(e["step"], e["loss"]) for e in log.entries()] == [(1, 1.0), (2, 2.0), (3, 30.0)]

@@ -93,6 +93,8 @@ def test_the_line_names_the_newest_complete_step_only(tmp_path, monkeypatch):
         (tmp_path / name).mkdir() if not name.endswith("jsonl") else (tmp_path / name).write_text("")
     assert interrupt.last_checkpoint_step(tmp_path) == 10
     assert "last complete checkpoint: step 10 in" in interrupt.interrupted_line()
+    assert interrupt.interrupted_line(kind="SIGTERM") == (f"obscura: terminated by SIGTERM; last complete "
+                                                          f"checkpoint: step 10 in {tmp_path} (continue with --resume)")
 
 
 def test_announce_ready_writes_once_and_hides_the_descriptor_from_children(monkeypatch):
@@ -122,7 +124,7 @@ from obscura_jax.checkpoints.directory import MetricsLog
 interrupt.install()
 seen = []
 def init(module):                       # the extension's set-up, calling Python
-    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
     for _ in range(30):
         time.sleep(0.01)                # the handler runs in here: it must not raise
     seen.append(interrupt.in_extension_init(sys._getframe()))
@@ -140,10 +142,13 @@ print("init saw", seen, interrupt.requested(), interrupt.in_extension_init(sys._
 """
 
 
-def test_ctrl_c_while_an_extension_initialises_is_raised_once_it_has():
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_while_an_extension_initialises_is_raised_once_it_has(sig):
     """Raising into an extension's module init can abort the process (jaxlib: SIGABRT,
-    seen under load): the handler defers there, and the interrupt arrives after."""
-    r = subprocess.run([sys.executable, "-c", _DEFERRED], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    seen under load): the handler defers there, and the interrupt arrives after (SIGTERM
+    as Terminated, a KeyboardInterrupt)."""
+    r = subprocess.run([sys.executable, "-c", _DEFERRED, sig], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["raised after init", "init saw [True] True False"], r.stdout + r.stderr
 

@@ -55,3 +55,32 @@ def test_the_serial_estimate_is_for_devices_the_schedule_does_not_share():
     assert not placed_as_written((0, 1, 2, 3), [0, 0, 0, 0])                      # 1f1b on one GPU
     assert not placed_as_written((0, 1, 0, 1), [0, 0, 0, 0])                      # interleaved on one device
     assert not placed_as_written((0, 1, 2, 3), [0, 1, 0, 1])                      # round-robin on 2
+
+
+def test_a_resumed_curve_starts_with_the_metrics_logs_steps_marked():
+    from types import SimpleNamespace
+
+    from obscura_jax.observe.summary import loss_curve
+    from obscura_jax.run.trainer import StepLog
+    out = SimpleNamespace(start_step=2, steps=[StepLog(3, 0.5, 0.1, True)],
+                          before_resume=[{"step": 1, "loss": 0.9, "seconds": 0.2}, {"step": 2, "loss": 0.7, "seconds": 0.3}])
+    assert loss_curve(out) == {"steps": [1, 2, 3], "losses": [0.9, 0.7, 0.5], "step_seconds": [0.2, 0.3, 0.1],
+                               "before_resume": [True, True, False]}
+    fresh = SimpleNamespace(start_step=0, steps=[StepLog(1, 0.9, 0.2, False)], before_resume=[])
+    assert loss_curve(fresh)["before_resume"] == [False]
+
+
+def test_devices_are_named_by_process_and_local_id_with_several_processes():
+    import jax
+
+    from obscura_jax.observe.summary import device_name
+    cpus = jax.devices("cpu")
+    assert device_name(cpus[1], 1) == str(cpus[1]) == "cpu:1"
+    assert device_name(cpus[1], 2) == "p0:cpu:1"       # this process's second device
+
+    class Gpu:       # a GPU keeps its number on its host
+        platform, process_index, local_hardware_id, id = "gpu", 1, 3, 7
+
+        def __str__(self):
+            return "cuda:7"
+    assert device_name(Gpu(), 2) == "p1:cuda:3"

@@ -21,7 +21,7 @@ import pytest
 
 import schedules
 
-from obscura_jax.processes.launch import launch_local
+from obscura_jax.processes.supervise import launch_local
 from obscura_jax.runtime.placement import place_stages
 from obscura_jax.run.run_config import RunConfig
 from obscura_jax.run.trainer import train

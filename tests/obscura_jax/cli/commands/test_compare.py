@@ -54,7 +54,8 @@ def test_compare_on_two_processes_with_two_devices_each(tmp_path):
                     "--schedules", "1f1b,obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5",
                     "--out", str(tmp_path)], timeout=300)
     assert rc == 0, text[-3000:]
-    assert all(line.startswith(("[p0]", "obscura: started", "[p1] [Gloo]")) for line in text.splitlines()), text
+    # Gloo's connection lines went to the processes' logs (obscura_jax.processes.native_log)
+    assert all(line.startswith(("[p0]", "obscura: started")) for line in text.splitlines()), text
     runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
     assert [r["label"] for r in runs] == ["1f1b", "obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5"]
     for r in runs:

@@ -123,9 +123,11 @@ def test_resume_gives_the_uninterrupted_step_3_loss(tmp_path):
     assert train("--schedule", "gpipe", "--data", "stdlib", "--steps", "3", "--checkpoint-dir", str(ck),
                  "--resume", "--json", str(second)) == 0
     w, a, b = (json.loads(p.read_text()) for p in (whole, first, second))
-    assert a["steps"] == [1, 2] and b["steps"] == [3] and b["start_step"] == 2
+    # the resumed run's JSON holds the whole curve, steps 1-2 from the checkpoint dir's metrics log
+    assert a["steps"] == [1, 2] and b["steps"] == [1, 2, 3] and b["start_step"] == 2
+    assert b["before_resume"] == [True, True, False] and a["before_resume"] == [False, False]
     np.testing.assert_allclose(a["losses"], w["losses"][:2], rtol=1e-6)
-    np.testing.assert_allclose(b["losses"], w["losses"][2:], rtol=1e-6)
+    np.testing.assert_allclose(b["losses"], w["losses"], rtol=1e-6)
     # The older checkpoint stays until the new one is complete (both kept).
     assert {"2", "3"} <= set(os.listdir(ck))
     # Resuming with a different partition is refused.
