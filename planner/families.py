@@ -94,16 +94,17 @@ def chunk_partition(profile: Profile, num_devices: int, virtual_stages: int) -> 
 
 
 def search_family(setting: Setting, family: Family, num_devices: int, swap: bool = True,
-                  extra: Mapping[str, Evaluation] | None = None) -> FamilyResult:
+                  extra: Mapping[str, Evaluation] | None = None, per_op: bool = True) -> FamilyResult:
     """The family at its best under the setting's limit (planner.family_search);
     `extra`: evaluations of the family made elsewhere (Obscura's own search on
-    1F1B), compared with the rest."""
+    1F1B), compared with the rest; `per_op`: stages choose op sets (off: whole units
+    or nothing)."""
     part = chunk_partition(setting.profile, num_devices, family.virtual_stages)
     if family.at_limit:
-        found, leans, fast = at_limit(setting, family.generator, num_devices, part, swap)
+        found, leans, fast = at_limit(setting, family.generator, num_devices, part, swap, per_op)
         return FamilyResult(family.name, best_of(found), fast, needs_of(leans + [c.evaluation for c in found]),
                             tuple(found))
-    order = order_of(setting, family.generator, num_devices, part, family.virtual_stages)
+    order = order_of(setting, family.generator, num_devices, part, family.virtual_stages, per_op)
     fast = unlimited(order)
     found, leans = search_order(order, "plain", swap)
     if family.obscura is not None:
@@ -124,14 +125,15 @@ def search_family(setting: Setting, family: Family, num_devices: int, swap: bool
 
 
 def search_families(setting: Setting, num_devices: int, swap: bool = True, names=None,
-                    extra: Mapping[str, Mapping[str, Evaluation]] | None = None) -> dict[str, FamilyResult]:
+                    extra: Mapping[str, Mapping[str, Evaluation]] | None = None,
+                    per_op: bool = True) -> dict[str, FamilyResult]:
     """Every offered family at its best, in FAMILIES' order; a family whose
     generator refuses this pipeline (interleaved: m a multiple of p) is recorded
     with the generator's reason and no plan."""
     out = {}
     for f in offered(setting.profile, num_devices, names):
         try:
-            out[f.name] = search_family(setting, f, num_devices, swap, (extra or {}).get(f.name))
+            out[f.name] = search_family(setting, f, num_devices, swap, (extra or {}).get(f.name), per_op)
         except ScheduleError as e:
             out[f.name] = FamilyResult(f.name, None, None, math.inf, note=str(e))
     return out

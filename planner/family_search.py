@@ -31,7 +31,7 @@ from typing import Callable
 from planner.costs import Partition, stage_costs, weight_bytes, working_bytes
 from planner.device_choice import choose_device, fastest, leanest
 from planner.memory_rows import device_rows
-from planner.profile import Profile
+from planner.profile import FULL, LAYER, Profile
 from planner.recompute_options import Option, stage_options
 from planner.search import BETA_GRID, Config, Evaluation, Setting, rank, recompute_names
 from planner.time_model import swap_hides
@@ -41,6 +41,7 @@ from schedules.generators.swap import add_swaps
 from schedules.simulator import held_peaks
 
 MAX_TIGHTEN = 6
+_WHOLE = (frozenset(), frozenset({FULL}), frozenset({LAYER}))
 _NO_LIMIT = 1e30   # bytes: more than any device holds (the heuristic wants a finite limit)
 
 
@@ -112,11 +113,15 @@ class _Order:
     partition: Partition
     rows: list
     virtual_stages: int
+    per_op: bool = True      # choose op sets (off: whole units or nothing, the IP ablation)
 
     def options(self) -> list[tuple[Option, ...]]:
         prof = self.setting.profile
         traced = self.setting.unit_kept is not None
-        return [stage_options(prof, u, traced) for u in self.partition]
+        opts = [stage_options(prof, u, traced) for u in self.partition]
+        if not self.per_op:
+            opts = [tuple(o for o in opt if o.recompute in _WHOLE) for opt in opts]
+        return opts
 
 
 def settle(order: _Order, swap_blocks=None, beta: float = 0.0, limit: float | None = None
@@ -285,15 +290,16 @@ def search_order(order: _Order, variant: str, swap: bool) -> tuple[list[Candidat
 
 
 def order_of(setting: Setting, name: str, num_devices: int, partition: Partition, virtual_stages: int,
-             **kw) -> _Order:
-    """The compute order of generator `name` for the family's partition."""
+             per_op: bool = True, **kw) -> _Order:
+    """The compute order of generator `name` for the family's partition (`per_op`:
+    stages choose op sets, else whole units or nothing)."""
     extra = dict(kw)
     if virtual_stages > 1 and name in _CHUNK_ARG:
         extra["virtual_stages"] = virtual_stages
     sched = generate(name, num_devices, setting.num_microbatches, **extra)
     if sched.num_stages != len(partition):
         raise ScheduleError(f"{name} builds {sched.num_stages} stages, the partition has {len(partition)}")
-    return _Order(setting, name, sched, partition, compute_rows(sched), virtual_stages)
+    return _Order(setting, name, sched, partition, compute_rows(sched), virtual_stages, per_op)
 
 
 _CHUNK_ARG = ("interleaved", "obscura-interleaved", "interleaved-zb", "obscura-interleaved-zb", "looped-bfs")
@@ -312,7 +318,7 @@ def transformed(setting: Setting, obscura: str, order: _Order, ev: Evaluation, s
         return [], []
     p = order.base.num_devices
     try:
-        new = order_of(setting, obscura, p, order.partition, order.virtual_stages, adjusted=adjusted,
+        new = order_of(setting, obscura, p, order.partition, order.virtual_stages, order.per_op, adjusted=adjusted,
                        costs=chosen_costs(setting, ev))
     except ScheduleError:
         return [], []
@@ -324,7 +330,7 @@ def needs_of(evaluations) -> float:
 
 
 def at_limit(setting: Setting, generator: str, num_devices: int, partition: Partition, swap: bool,
-             rounds: int = 2) -> tuple[list[Candidate], list[Evaluation], Evaluation]:
+             per_op: bool = True, rounds: int = 2) -> tuple[list[Candidate], list[Evaluation], Evaluation]:
     """A family whose order is made for the limit (the zero-bubble heuristic): from
     each seed (nothing recomputed; each stage's cheap sets, up to CHEAP of its step
     time; each stage's leanest), the order under the seed's costs with each device
@@ -339,7 +345,7 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
     free = order_of(setting, generator, num_devices, partition, 1, memory_limit=_NO_LIMIT,
                     costs=stage_costs(prof, partition, none, unit_kept=setting.unit_kept))
     fast = unlimited(free)
-    for seed in _seeds(setting, partition):
+    for seed in _seeds(setting, partition, per_op):
         sets = seed
         for _ in range(rounds):
             costs = stage_costs(prof, partition, sets, unit_kept=setting.unit_kept)
@@ -347,8 +353,8 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
                          for u, r in zip(partition, sets))
             adjusted = tuple(s for s in range(n) if sets[s]) or None
             try:
-                order = order_of(setting, generator, num_devices, partition, 1, memory_limit=room, costs=costs,
-                                 adjusted=adjusted)
+                order = order_of(setting, generator, num_devices, partition, 1, per_op, memory_limit=room,
+                                 costs=costs, adjusted=adjusted)
             except ScheduleError:     # not even one block and its I fit under these sets
                 break
             more, more_leans = search_order(order, "at the limit", False)   # its order already holds W for the limit
@@ -364,11 +370,11 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
 CHEAP = 0.02   # a seed's "cheap" sets recompute at most this share of the stage's forward + backward
 
 
-def _seeds(setting: Setting, partition: Partition) -> list[tuple[frozenset, ...]]:
+def _seeds(setting: Setting, partition: Partition, per_op: bool) -> list[tuple[frozenset, ...]]:
     """Recompute sets to make the heuristic's order under: none, cheap, leanest."""
     prof = setting.profile
     traced = setting.unit_kept is not None
-    opts = [stage_options(prof, u, traced) for u in partition]
+    opts = [tuple(o for o in stage_options(prof, u, traced) if per_op or o.recompute in _WHOLE) for u in partition]
     costs = stage_costs(prof, partition, [frozenset()] * len(partition))
     cheap = tuple(min((o for o in opt if o.time <= CHEAP * (costs.fwd[s] + costs.bwd[s])),
                       key=lambda o: (o.kept, o.time)).recompute for s, opt in enumerate(opts))

@@ -133,7 +133,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     candidates: dict = {}
     if families:
         extra = {"1f1b": {"obscura (paper search)": paper.best}} if paper.best is not None and paper.best.fits else {}
-        candidates = search_families(setting, p, swap, family_names, extra)
+        candidates = search_families(setting, p, swap, family_names, extra, per_op=ip)
     pick, source = _pick(paper, baselines, candidates, family_names)
     if pick is None:
         need = min([paper.need] + [r.needs for r in candidates.values()])

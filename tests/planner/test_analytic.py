@@ -37,7 +37,8 @@ def test_derived_13b_profile_equals_the_28b_shape(prof28):
 
 
 def test_28b_on_80gib(prof28):
-    res = plan_search(prof28, 8, 16, "80GiB")
+    """Obscura's own search (the paper's families-off planner) on the 28B shape."""
+    res = plan_search(prof28, 8, 16, "80GiB", families=False)
     plan = res.plan
     assert plan.baseline("dapple") is None and plan.baseline("ohp_cmb") is None  # they do not fit
     assert all(st.predicted_peak_bytes <= 80 * 2 ** 30 for st in plan.stages)

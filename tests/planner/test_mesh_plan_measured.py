@@ -13,7 +13,7 @@ import pytest
 
 import models
 from obscura_jax.cli.main import main
-from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
+from planner.baselines import evaluate_baselines, minimum_memory
 from planner.costs import stage_scratch
 from planner.identify import stage_peak_1f1b
 from planner.layouts.mesh_costs import MeshLayout
@@ -35,15 +35,15 @@ def measured(tmp_path_factory):
 
 
 def only_adjusted_fit(path, stages: int, m: int, layout: MeshLayout) -> int:
-    """A per-device limit between Obscura's memory floor and the least any 1F1B,
-    baseline or other family needs on this stage mesh (as test_profiler does on one
-    device), on the profile's fixed times: the plan adjusts stages."""
+    """A per-device limit between Obscura's memory floor and the least 1F1B or any
+    baseline needs on this stage mesh (as test_profiler does on one device), on the
+    profile's fixed times: Obscura's own search (--no-families) adjusts stages."""
     mesh = plan_mesh(load_profile(path), layout)
     prof = mesh.profile
     even = tuple(models.even_partition(prof.num_units, stages))
     free = Setting(prof, m, float("inf"), mesh.unit_kept)
     need = max(stage_peak_1f1b(prof, r, s, stages, m, frozenset(), mesh.unit_kept) for s, r in enumerate(even))
-    least = min(max(ev.peaks) for ev in {**evaluate_baselines(free, even), **family_baselines(free, even)}.values())
+    least = min(max(ev.peaks) for ev in evaluate_baselines(free, even).values())
     floor = minimum_memory(free, even)[0]
     assert floor < min(need, least)
     return int(floor + 0.5 * (min(need, least) - floor))
@@ -79,7 +79,7 @@ def test_1f1b_on_2_data_x_2_tensor_is_exact(measured, tmp_path):
 @pytest.mark.slow
 def test_adjusted_stages_on_1_data_x_2_tensor(measured, tmp_path):
     limit = only_adjusted_fit(measured, 4, 8, MeshLayout(1, 2))
-    planned, res = plan_and_train(measured, tmp_path, 4, 8, 1, 2, limit)
+    planned, res = plan_and_train(measured, tmp_path, 4, 8, 1, 2, limit, "--no-families")
     assert any(st["adjusted"] for st in planned["stages"]) and res["adjusted_stages"]
 
 

@@ -1,6 +1,7 @@
 """`obscura plan` / `obscura profile` through obscura_jax.cli.main.main: tables, files,
 and one-line errors (exit 2) for bad input."""
 import json
+import re
 
 import pytest
 
@@ -24,31 +25,51 @@ def run(capsys, *argv):
 
 
 def test_plan_prints_the_table_and_writes_the_plan(capsys, tmp_path, profile_path):
+    """Every family in the table, at its best fitting time or what it needs; the
+    pick is the fastest; the paper's baselines beside it; the JSON has them all."""
+    from planner.families import FAMILIES
     out_path = tmp_path / "plan.json"
     rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
                        "--memory-limit", "120MiB", "--json", out_path)
     assert rc == 0, err
-    assert "adjusted stages 0.." in out and "simulated: plan" in out
+    assert out.splitlines()[0].count("4 devices") == 1 and "pick: " in out and "the paper's baselines" in out
+    for f in FAMILIES:
+        assert f"  {f.label} " in out
     for name in ("DAPPLE", "DAPPLE+", "Recomp-N", "OHP-CMB", "Strawman"):
         assert name in out
     plan = load_plan(out_path)
-    assert plan.num_stages == 4 and plan.adjusted_stages
+    assert plan.num_devices == 4 and len(plan.families) == len(FAMILIES)
+    best = min(f.iteration_time for f in plan.families if f.fits)
+    assert plan.predicted_iteration_time <= best * (1 + 1e-9)
     assert all(st.predicted_peak_bytes <= 120 * 2 ** 20 for st in plan.stages)
+    for f in plan.families:
+        if f.evaluated and not f.fits:
+            assert f.needs_bytes > 120 * 2 ** 20 and f"needs {f.needs_bytes / 2 ** 20:.2f} MiB" in out
+
+
+def test_obscura_alone_prints_its_adjusted_stages(capsys, tmp_path, profile_path):
+    out_path = tmp_path / "plan.json"
+    rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "120MiB", "--no-families", "--json", out_path)
+    assert rc == 0, err
+    assert "adjusted stages 0.." in out and "Obscura on 1F1B" in out and "schedule families" not in out
+    plan = load_plan(out_path)
+    assert plan.num_stages == 4 and plan.adjusted_stages and not plan.families
 
 
 def test_plan_flags(capsys, profile_path):
     rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
                        "--memory-limit", "120MiB", "--no-cmb", "--no-swap", "--no-partition", "--no-ip")
     assert rc == 0, err
-    lines = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]
-    assert lines and all(" 0 " in ln for ln in lines)  # lambda column: no swapping
+    lines = [ln.split() for ln in out.splitlines() if re.match(r"\s+\d+\s+\[", ln)]
+    assert lines and all(cols[5] == "0" for cols in lines)  # lambda column: no swapping
 
 
 def test_plan_on_an_analytic_profile(capsys):
     rc, out, err = run(capsys, "plan", "--analytic", "llama2-tiny", "--seq-len", 64, "--stages", 2,
                        "--microbatches", 4, "--memory-limit", "1GiB")
     assert rc == 0, err
-    assert "analytic:A100-80GB" in out and "1F1B fits" in out
+    assert "analytic:A100-80GB" in out and "pick: " in out
 
 
 @pytest.mark.parametrize("mutate, needle", [
