@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import models
 from schedules.calibration import load_calibration
-from schedules.simulator import iteration_time
+from schedules.simulator import iteration_time, simulate
+from obscura_jax.cli.schedule_outputs import check_outputs, write_outputs
 from obscura_jax.cli.main import add_model_module
 from planner.names import SYSTEMS as _NAMES
 from planner.profile import derive_profile, load_profile
@@ -57,6 +58,16 @@ def add_parser(sub):
                    help="Obscura on 1F1B only: no interleaved or ZB-H1 family, nor their baselines")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write the plan (obscura-plan/1) here (default: not written)")
+    e = p.add_argument_group("what the plan simulated (the pick; `obscura simulate --from-schedule S "
+                             "--costs C` reproduces its iteration)")
+    e.add_argument("--schedule-json", metavar="PATH", help="its schedule (obscura-schedule/2) (default: not written)")
+    e.add_argument("--costs-json", metavar="PATH",
+                   help="its StageCosts JSON, as `simulate --costs` reads it (default: not written)")
+    e.add_argument("--torch-csv", metavar="PATH",
+                   help="its order as torch's compute_only CSV (no recompute settings or swaps in it) "
+                        "(default: not written)")
+    e.add_argument("--trace", metavar="PATH", help="its simulated timeline as a Perfetto trace (default: not written)")
+    e.add_argument("--gantt", metavar="PNG", help="its simulated Gantt chart, PNG and SVG (default: not drawn)")
     p.add_argument("--calibration", metavar="PATH", default=None,
                    help="obscura-calibration/1 JSON: also report the plan's iteration with its launch overhead, "
                         "optimizer step and link sharing (default: the ideal simulation only)")
@@ -85,6 +96,7 @@ def run(args):
     if args.json:
         save_plan(plan, args.json)
     print(render(prof, res))
+    export(args, res)
     if any(u.scratch_bytes is None for _, u in prof.units):
         print("note: the profile records no XLA scratch (units.K.scratch_bytes: an analytic profile, or one "
               "written before the field): the plan counts none; keep room for it with --reserve")
@@ -108,6 +120,28 @@ def check_plan_args(args) -> None:
     if reserve >= limit:
         raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
     check_writable(args.json, "--json")
+    check_writable(args.costs_json, "--costs-json")
+    check_outputs(args)
+
+
+def export(args, res) -> None:
+    """Write the pick's schedule, costs, order, trace and chart as asked; say how to
+    reproduce its time with `simulate`."""
+    if not any(getattr(args, f) for f in ("schedule_json", "costs_json", "torch_csv", "trace", "gantt")):
+        return
+    from planner.plan_export import recomputing_stages  # lazy: only when exporting
+    ev = res.best
+    timeline = simulate(ev.schedule, ev.costs, check=False)
+    write_outputs(args, ev.schedule, timeline, ev.costs,
+                  title=f"{res.plan.schedule}: simulated iteration {ev.makespan:.4g} s")
+    if args.schedule_json and args.costs_json:
+        print(f"reproduce: obscura simulate --from-schedule {args.schedule_json} --costs {args.costs_json}")
+    if args.torch_csv and args.costs_json:
+        stages = ",".join(map(str, recomputing_stages(res.plan)))
+        swaps = any(st.swap_blocks for st in res.plan.stages)
+        print(f"from the CSV: obscura simulate --from-torch-csv {args.torch_csv} --costs {args.costs_json}"
+              + (f" --adjusted {stages}" if stages else "")
+              + (" (the plan's swaps are not in a torch CSV: only --from-schedule has them)" if swaps else ""))
 
 
 def calibrated_line(res, cal) -> str:

@@ -20,9 +20,8 @@ Pure Python: never imports JAX.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
+from obscura_jax.cli.schedule_outputs import check_outputs, write_outputs
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
@@ -31,8 +30,7 @@ from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_
 from schedules.jsonio import check_writable, read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.text import timeline_ascii
-from schedules.torch_csv import load_torch_csv, save_torch_csv
-from schedules.trace import write_trace
+from schedules.torch_csv import load_torch_csv
 
 _COST_FLAGS = ("fwd", "bwd", "recompute_time", "act_bytes", "act_bytes_recompute", "host_bandwidth",
                "p2p_latency", "p2p_bandwidth", "boundary_bytes", "input_grad_time", "weight_grad_time",
@@ -58,7 +56,8 @@ def add_parser(sub):
     g.add_argument("--adjusted", metavar="K|all|none|LIST",
                    help="recomputing (adjusted) stages: K = stages 0..K, 'all', 'none', or a list like 0,2 "
                         "(default: none for the plain schedules; ALL stages for recomp, "
-                        "strawman, obscura and obscura-*, each recomputing --recompute)")
+                        "strawman, obscura and obscura-*, each recomputing --recompute; with --from-torch-csv, "
+                        "whose order carries no recompute settings: the stages that recompute)")
     g.add_argument("--recompute", default="full", metavar="NAMES",
                    help="what adjusted stages recompute: op or preset names, comma-separated (default: full)")
     g.add_argument("--swap-blocks", default="0", metavar="L|LIST",
@@ -123,6 +122,22 @@ def _adjusted(text):
     return text  # K, 'all' or 'none': the generator checks the range
 
 
+def _recomputing(schedule, args):
+    """`schedule` with --adjusted's stages recomputing --recompute (a torch CSV's order
+    carries no recompute settings; e.g. `plan --torch-csv` prints which stages do)."""
+    from dataclasses import replace  # lazy: only this path rewrites stages
+    from schedules import ScheduleError
+    from schedules.generators.common import resolve_adjusted
+    recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+    check_recompute_names(recompute)
+    try:
+        adjusted = resolve_adjusted(_adjusted(args.adjusted), schedule.num_stages)
+    except ScheduleError as e:
+        raise UsageError(f"--adjusted: {e}") from None
+    return replace(schedule, stages=tuple(replace(spec, recompute=recompute if s in adjusted else ())
+                                          for s, spec in enumerate(schedule.stages)))
+
+
 def _costs(args, p: int):
     given = [f for f in _COST_FLAGS if getattr(args, f) is not None]
     if args.costs:
@@ -171,15 +186,18 @@ def _load(args):
     if len(given) == 2:
         raise UsageError("give --from-schedule or --from-torch-csv, not both")
     if given:
-        if (args.schedule or args.stages or args.microbatches or args.adjusted or args.warmup
-                or args.virtual_stages or args.migrate):
+        if (args.schedule or args.stages or args.microbatches or args.warmup or args.virtual_stages
+                or args.migrate or (args.adjusted and args.from_schedule)):
             raise UsageError(f"--{given[0].replace('_', '-')} takes the schedule from the file: drop --schedule/"
-                             "--stages/--microbatches/--adjusted/--warmup/--virtual-stages/--migrate")
+                             "--stages/--microbatches/--warmup/--virtual-stages/--migrate (and --adjusted with "
+                             "--from-schedule, whose stages carry their recompute sets)")
         notes: list[str] = []
         schedule = (io.load_schedule(args.from_schedule) if args.from_schedule
                     else load_torch_csv(args.from_torch_csv, notes=notes))
         for note in notes:     # e.g. the REDUCE_GRAD / UNSHARD cells skipped, once
             print(f"note: {note}")
+        if args.adjusted:      # a torch CSV has no recompute settings: these stages recompute --recompute
+            schedule = _recomputing(schedule, args)
         return schedule, _costs(args, schedule.num_stages)
     missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
     if missing:
@@ -231,10 +249,8 @@ def _predicted(schedule, costs, cal) -> str:
 
 
 def run(args):
-    for flag in ("json", "schedule_json", "torch_csv", "trace", "gantt"):
-        check_writable(getattr(args, flag), "--" + flag.replace("_", "-"))
-    if args.gantt:
-        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
+    check_writable(args.json, "--json")
+    check_outputs(args)
     schedule, costs = _load(args)
     schedule, costs, cal = _realism(args, schedule, costs)
     timeline = simulate(schedule, costs)
@@ -245,26 +261,11 @@ def run(args):
     print(_predicted(schedule, costs, cal))
     if args.ascii:
         print(timeline_ascii(timeline))
-    if args.schedule_json:
-        io.save_schedule(schedule, args.schedule_json)
-        print(f"wrote {args.schedule_json}")
-    if args.torch_csv:
-        lost: list[str] = []
-        save_torch_csv(schedule, args.torch_csv, notes=lost)
-        print(f"wrote {args.torch_csv}")
-        for line in lost:
-            print(f"warning: {line}", file=sys.stderr)
     if args.json:
         data = timeline.to_json()
         data.update(num_microbatches=schedule.num_microbatches,
                     adjusted=list(schedule.adjusted_stages), costs=costs.to_json())
         write_json_atomic(args.json, data)
         print(f"wrote {args.json}")
-    if args.trace:
-        write_trace(timeline, args.trace)
-        print(f"wrote {args.trace}")
-    if args.gantt:
-        from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
-        for path in draw_gantt(timeline, args.gantt):
-            print(f"wrote {path}")
+    write_outputs(args, schedule, timeline)
     return 0

@@ -1,0 +1,45 @@
+"""The files a simulated schedule can be written as, shared by `simulate` and `plan`:
+the schedule JSON (obscura-schedule/2), torch's compute_only CSV, a Perfetto trace,
+a Gantt chart (PNG + SVG) and the StageCosts JSON it was simulated with."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from schedules import io
+from schedules.jsonio import check_writable, write_json_atomic
+from schedules.torch_csv import save_torch_csv
+from schedules.trace import write_trace
+
+FLAGS = ("schedule_json", "torch_csv", "trace", "gantt")
+
+
+def check_outputs(args, flags=FLAGS) -> None:
+    """Every output location checked before any work (the Gantt's SVG beside its PNG)."""
+    for flag in flags:
+        check_writable(getattr(args, flag, None), "--" + flag.replace("_", "-"))
+    if getattr(args, "gantt", None):
+        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
+
+
+def write_outputs(args, schedule, timeline, costs=None, title: str | None = None) -> None:
+    """Write what `args` asks for (None: not written), a line for each file."""
+    if getattr(args, "schedule_json", None):
+        io.save_schedule(schedule, args.schedule_json)
+        print(f"wrote {args.schedule_json}")
+    if getattr(args, "torch_csv", None):
+        lost: list[str] = []
+        save_torch_csv(schedule, args.torch_csv, notes=lost)
+        print(f"wrote {args.torch_csv}")
+        for line in lost:
+            print(f"warning: {line}", file=sys.stderr)
+    if getattr(args, "costs_json", None) and costs is not None:
+        write_json_atomic(args.costs_json, costs.to_json())
+        print(f"wrote {args.costs_json}")
+    if getattr(args, "trace", None):
+        write_trace(timeline, args.trace)
+        print(f"wrote {args.trace}")
+    if getattr(args, "gantt", None):
+        from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
+        for path in draw_gantt(timeline, args.gantt, title):
+            print(f"wrote {path}")
