@@ -38,7 +38,7 @@ from planner.partition import AdjustResult, adjust_partition, fixed_sets
 from planner.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
                                plan_to_schedule, save_plan)
 from planner.plan_meta import PlanSource
-from planner.profile import Profile
+from planner.profile import Profile, scale_micro_batch
 from planner.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
@@ -63,6 +63,7 @@ class PlanResult:
     searched: Evaluation | None = None   # the search's best (== best unless a baseline won)
     source: str = "search"               # "search", the baseline that won, or "family:NAME"
     families: Mapping[str, FamilyResult] = field(default_factory=dict)   # every family at its best
+    notes: tuple[str, ...] = ()          # what the planner assumed (e.g. a rescaled micro-batch)
 
 
 def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mapping[str, Evaluation],
@@ -102,8 +103,18 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     start = time.perf_counter()
     made_for = PlanSource.of_profile(profile, profile_path)
     mesh = None
+    notes: list[str] = []
     if layout is not None and not layout.single:
         from planner.mesh_plan import plan_mesh  # lazy: only stage meshes need it
+        if profile.micro_batch % layout.data:
+            rows = math.lcm(profile.micro_batch, layout.data)
+            notes.append(f"the profile's micro-batch {profile.micro_batch} does not split over {layout.data} data "
+                         f"ranks: planned at micro-batch {rows} ({rows // layout.data} row{'s' if rows > layout.data else ''} "
+                         f"a rank), its costs "
+                         f"scaled linearly from the profile's (an estimate; measured: obscura profile "
+                         f"--micro-batch {rows} ...)")
+            profile = scale_micro_batch(profile, rows)
+            made_for = PlanSource.of_profile(profile, profile_path)
         mesh = plan_mesh(profile, layout, exact_residuals=exact_residuals)
         profile = mesh.profile
     limit = parse_memory_limit(memory_limit)
@@ -142,11 +153,12 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             f"with its leanest recompute and swaps; the smallest feasible limit is {limit_text(need + held)}",
             round_up_limit(need + held))
     plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for,
-                   families=summarize(FAMILIES, candidates, profile.op_names) if families else ())
+                   families=summarize(FAMILIES, candidates, profile.op_names,
+                                      mesh.synced_time if mesh is not None else None) if families else ())
     if mesh is not None:
         plan = mesh.timed(plan, pick, baselines)
     return PlanResult(plan, pick, baselines, paper.identified, paper.last_adjusted, paper.even or pick,
-                      paper.adjustment, time.perf_counter() - start, paper.best, source, candidates)
+                      paper.adjustment, time.perf_counter() - start, paper.best, source, candidates, tuple(notes))
 
 
 def _pick(paper, baselines, families, names=None) -> tuple[Evaluation | None, str]:

@@ -75,10 +75,12 @@ def family_from_json(d: Any) -> FamilySummary:
         raise PlanError(f"plan family {d.get('name')!r} is malformed: {e}") from None
 
 
-def summarize(families, results, op_order) -> tuple[FamilySummary, ...]:
+def summarize(families, results, op_order, timing=None) -> tuple[FamilySummary, ...]:
     """FamilySummary of every family in `families` (planner.families.Family), from
     `results` (name -> planner.family_search.FamilyResult; a family without one was
-    not offered)."""
+    not offered). `timing(evaluation)`: its iteration time (default its makespan;
+    on a stage mesh, with the data all-reduce: planner.mesh_plan)."""
+    timing = timing or (lambda ev: ev.makespan)
     from planner.search import recompute_names  # lazy: the plan file reads summaries without the search
 
     out = []
@@ -93,7 +95,7 @@ def summarize(families, results, op_order) -> tuple[FamilySummary, ...]:
             out.append(FamilySummary(f.name, f.label, f.virtual_stages, False, note=r.note))
             continue
         fast = r.unlimited
-        common = dict(unlimited_time=fast.makespan, unlimited_peak_bytes=int(math.ceil(max(fast.peaks))))
+        common = dict(unlimited_time=timing(fast), unlimited_peak_bytes=int(math.ceil(max(fast.peaks))))
         if r.best is None:
             out.append(FamilySummary(f.name, f.label, f.virtual_stages, True, needs_bytes=int(math.ceil(r.needs))
                                      if math.isfinite(r.needs) else None, **common))
@@ -103,6 +105,6 @@ def summarize(families, results, op_order) -> tuple[FamilySummary, ...]:
         stages = tuple(StageChoiceSummary(recompute_names(cfg.recompute[s], op_order), cfg.swap_blocks[s],
                                           cfg.beta if cfg.swap_blocks[s] else 0.0) for s in range(len(cfg.recompute)))
         out.append(FamilySummary(f.name, f.label, f.virtual_stages, True, fits=True, variant=r.best.variant,
-                                 iteration_time=ev.makespan, peak_bytes=tuple(int(math.ceil(p)) for p in ev.peaks),
+                                 iteration_time=timing(ev), peak_bytes=tuple(int(math.ceil(p)) for p in ev.peaks),
                                  stages=stages, **common))
     return tuple(out)

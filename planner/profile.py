@@ -347,6 +347,26 @@ def derive_profile(profile: Profile, num_layers: int, model: str | None = None) 
     return replace(profile, num_layers=num_layers, model=model or _same_shape(profile.model, num_layers))
 
 
+def scale_micro_batch(profile: Profile, micro_batch: int) -> Profile:
+    """An ESTIMATE of the profile at another micro-batch: every time and every
+    per-micro-batch byte count (activations, inputs, W's held block, scratch) scaled
+    by the ratio of rows, weights unchanged. Linear in rows is what a transformer's
+    matmuls and activations are to first order; small micro-batches run below the
+    device's peak, so times at more rows than measured tend to be overestimated.
+    Measured figures: `obscura profile --micro-batch N`."""
+    _integer("micro_batch", micro_batch)
+    f = micro_batch / profile.micro_batch
+
+    def scaled(u: UnitProfile) -> UnitProfile:
+        opt = {k: (getattr(u, k) * f if getattr(u, k) is not None else None) for k in _OPTIONAL_UNIT_KEYS}
+        ops = tuple((n, OpProfile(o.fwd_time * f, o.act_bytes * f)) for n, o in u.ops)
+        return replace(u, fwd_time=u.fwd_time * f, bwd_time=u.bwd_time * f, input_bytes=u.input_bytes * f,
+                       ops=ops, **opt)
+    layer = profile.layer_recompute_time
+    return replace(profile, micro_batch=micro_batch, units=tuple((k, scaled(u)) for k, u in profile.units),
+                   layer_recompute_time=None if layer is None else layer * f)
+
+
 def _same_shape(model: str, num_layers: int) -> str:
     if model in CONFIGS:
         cfg = CONFIGS[model]

@@ -165,3 +165,16 @@ def test_scratch_bytes_round_trip_and_the_planner_counts_them(tmp_path):
     doc["units"]["attn"]["scratch_bytes"] = -1
     with pytest.raises(ProfileError, match="scratch_bytes"):
         profile_from_json(doc)
+
+
+def test_scale_micro_batch_is_linear_in_rows_and_keeps_weights():
+    from planner.profile import scale_micro_batch
+    from tests.planner.synthetic import synthetic_profile
+    prof = synthetic_profile(split=True)
+    two = scale_micro_batch(prof, 2)
+    assert two.micro_batch == 2 and prof.micro_batch == 1
+    for (k, a), (_, b) in zip(prof.units, two.units):
+        assert b.weight_bytes == a.weight_bytes
+        assert (b.fwd_time, b.bwd_time, b.input_bytes, b.weight_grad_bytes) == pytest.approx(
+            (2 * a.fwd_time, 2 * a.bwd_time, 2 * a.input_bytes, 2 * a.weight_grad_bytes))
+        assert b.kept_bytes(()) == pytest.approx(2 * a.kept_bytes(()))

@@ -40,8 +40,9 @@ def add_parser(sub):
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per iteration m")
     p.add_argument("--memory-limit", required=True, metavar="G", help="per-device bytes, or e.g. 80GiB, 85.9GB")
     p.add_argument("--data-parallel", type=int, default=1, metavar="D",
-                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D, "
-                        "which must divide it (default 1)")
+                   help="plan for stages on D x T devices: each micro-batch of the profile splits over D; "
+                        "a profile whose micro-batch D does not divide is scaled to one it does (an estimate, "
+                        "said in a note) (default 1)")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
                    help="tensor parallelism inside each stage (Megatron layout of the model's registration; "
                         "heads and FFN width divisible by T); peaks and the limit are per device (default 1)")
@@ -96,6 +97,8 @@ def run(args):
     if args.json:
         save_plan(plan, args.json)
     print(render(prof, res))
+    for note in res.notes:
+        print(f"note: {note}")
     export(args, res)
     if any(u.scratch_bytes is None for _, u in prof.units):
         print("note: the profile records no XLA scratch (units.K.scratch_bytes: an analytic profile, or one "
@@ -160,7 +163,8 @@ def render(prof, res) -> str:
     data, tensor = plan.layout
     mesh = "" if (data, tensor) == (1, 1) else f", stages on {data} data x {tensor} tensor devices"
     v = plan.virtual_stages
-    lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {prof.micro_batch}) "
+    batch = plan.source.micro_batch if plan.source is not None else prof.micro_batch
+    lines = [f"{prof.model} ({prof.num_layers} layers, seq {prof.seq_len}, micro-batch {batch}) "
              f"on {prof.device}{mesh}: {plan.num_devices} devices, {plan.num_stages} model stages"
              f"{f' ({v} per device)' if v > 1 else ''}, m={plan.num_microbatches}, limit "
              f"{format_bytes(plan.memory_limit, 2)}{' per device' if mesh else ''}; planned in {res.seconds:.2f} s"]

@@ -183,7 +183,6 @@ def test_plan_for_a_stage_mesh_records_its_layout(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--data-parallel", "2"], "micro-batch 1 is not divisible by data parallelism 2"),
     (["--tensor-parallel", "8"], "tensor parallelism 8: llama2-tiny: attention heads (4) not divisible"),
     (["--tensor-parallel", "3"], "attention heads (4) not divisible by tensor parallelism 3"),
     (["--data-parallel", "0"], "--data-parallel must be >= 1"),
@@ -200,3 +199,34 @@ def test_a_mesh_needs_a_registered_model(capsys, profile_path):
     rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
                        "--memory-limit", "1GiB", "--tensor-parallel", "2")
     assert rc == 2 and "needs the profile's model registered" in err and err.count("\n") == 1
+
+
+def test_plan_exports_what_it_simulated(capsys, tmp_path, profile_path):
+    """--schedule-json, --costs-json, --torch-csv, --trace and --gantt write the pick
+    as simulated; `simulate` on the schedule JSON, and on the torch CSV with the
+    recomputing stages named, gives the plan's iteration."""
+    f = {k: tmp_path / n for k, n in (("s", "s.json"), ("c", "c.json"), ("t", "t.csv"), ("tr", "tr.json"),
+                                      ("g", "g.png"), ("p", "plan.json"))}
+    rc, out, err = run(capsys, "plan", "--profile", profile_path, "--stages", 4, "--microbatches", 8,
+                       "--memory-limit", "120MiB", "--no-swap", "--json", f["p"], "--schedule-json", f["s"],
+                       "--costs-json", f["c"], "--torch-csv", f["t"], "--trace", f["tr"], "--gantt", f["g"])
+    assert rc == 0, err
+    assert all(p.exists() for p in f.values()) and f["g"].with_suffix(".svg").exists()
+    plan = load_plan(f["p"])
+    cmd = next(ln for ln in out.splitlines() if ln.startswith("from the CSV: obscura simulate "))
+    for argv in (["simulate", "--from-schedule", f["s"], "--costs", f["c"], "--json", tmp_path / "a.json"],
+                 cmd.split()[4:] + ["--json", tmp_path / "b.json"]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 0, err
+        sim = json.loads(open(argv[-1]).read())
+        assert sim["makespan"] == pytest.approx(plan.predicted_iteration_time, rel=1e-9)
+
+
+def test_a_micro_batch_that_does_not_split_is_rescaled_and_said(capsys, tmp_path):
+    rc, out, err = run(capsys, "plan", "--analytic", "llama2-tiny", "--seq-len", 64, "--stages", 2,
+                       "--microbatches", 4, "--memory-limit", "1GiB", "--data-parallel", 2,
+                       "--json", tmp_path / "p.json")
+    assert rc == 0, err
+    assert "an estimate" in out and "planned at micro-batch 2" in out
+    plan = load_plan(tmp_path / "p.json")
+    assert plan.source.micro_batch == 2 and plan.layout == (2, 1)
