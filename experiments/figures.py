@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Sequence
 import models
 from planner.analytic import analytic_profile
 from planner.errors import InfeasibleError, PlanError, ProfileError
-from planner.families import zoo_systems
 from planner.identify import parse_memory_limit
 from experiments.paper import (ABLATION_RUNS, ABLATION_STEPS, FAMILIES, FIG5_CONFIGS, FIG5_PAPER,
                            MICRO_BATCH, NUM_STAGES, PAPER_LIMIT, PAPER_SPEEDUP, SEQ_LEN, SIZES, SYSTEMS)
@@ -100,7 +99,8 @@ def source_text(sources: Iterable[Source]) -> str:
 def plan_case(profile: Profile, num_microbatches: int, memory_limit, num_stages: int = NUM_STAGES,
               reserve=0, **switches):
     """planner.plan.plan_search, or None when no configuration fits the limit
-    (less `reserve`, held back for what the memory model does not count)."""
+    (less `reserve`, held back for what the memory model does not count). Without
+    `families=True` the paper's systems only: Obscura on 1F1B and its baselines."""
     try:
         return plan_search(profile, num_stages, num_microbatches, memory_limit, reserve=reserve,
                            **{"families": False, **switches})   # the paper's systems: Obscura on 1F1B
@@ -117,8 +117,34 @@ def _plan_or_raise(prof: Profile, global_batch: int, limit: int, num_stages: int
 
 
 def evaluations(result) -> dict[str, Any]:
-    """Every system of a plan search by name: the baselines and 'obscura'."""
-    return {**result.baselines, "obscura": result.best}
+    """Every system of a plan search by name: the baselines and 'obscura', the plan
+    Obscura's planner hands out on its own (its search's best, or a baseline that
+    fits and is faster), whatever family the planner picked with the families on."""
+    own = [ev for ev in [result.searched, *result.baselines.values()] if ev is not None and ev.fits]
+    best = min(own, key=lambda ev: ev.makespan) if own else (result.searched or result.best)
+    return {**result.baselines, "obscura": best}
+
+
+def family_rows(result, common: dict) -> list[dict]:
+    """One row per schedule family (planner.families) of a plan search made with the
+    families on: evaluated or not (and why), its fastest fitting time, else what it
+    needs, what the search chose (variant, V), and its time with no limit."""
+    rows = []
+    for f in (result.plan.families if result is not None else ()):
+        rows.append({**common, "system": f"family:{f.name}", "label": f.label, "evaluated": f.evaluated,
+                     "fits": f.fits, "iteration_s": f.iteration_time,
+                     "samples_per_s": common["global_batch"] / f.iteration_time if f.iteration_time else None,
+                     "variant": f.variant or "", "virtual_stages": f.virtual_stages,
+                     "needs_gib": f.needs_bytes / GiB if f.needs_bytes is not None else None,
+                     "max_device_peak_gib": max(f.peak_bytes) / GiB if f.peak_bytes else None,
+                     "unlimited_s": f.unlimited_time, "note": f.note})
+    return rows
+
+
+def best_family(result) -> Any:
+    """The fastest fitting family summary of a plan search (None: none fits)."""
+    fitting = [f for f in (result.plan.families if result is not None else ()) if f.fits]
+    return min(fitting, key=lambda f: f.iteration_time) if fitting else None
 
 
 def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
@@ -128,7 +154,7 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
     speedup had it fit: no recompute, memory unlimited."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
-    result = plan_case(prof, global_batch, limit, num_stages, reserve)
+    result = plan_case(prof, global_batch, limit, num_stages, reserve, families=True)
     evs = evaluations(result) if result is not None else {}
     t_plus, t_layer = (_fitting_time(evs.get(n)) for n in ("dapple_plus", "dapple_plus_layer"))
     t_ceil = evs["dapple"].makespan if "dapple" in evs else None
@@ -152,11 +178,20 @@ def throughput_rows(source: Source, size: str, global_batch: int, memory_limit, 
             "paper_speedup_low": paper[0] if name == "obscura" else None,
             "paper_speedup_high": paper[1] if name == "obscura" else None,
             "max_stage_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
-            "obscura_schedule": result.plan.schedule if result is not None else "infeasible",
-            "obscura_adjusted": " ".join(map(str, result.plan.adjusted_stages)) if result is not None else "",
-            "obscura_source": result.source if result is not None else "",
+            "obscura_schedule": evs["obscura"].config.schedule if evs.get("obscura") else "infeasible",
+            "obscura_adjusted": " ".join(map(str, evs["obscura"].config.adjusted)) if evs.get("obscura") else "",
             "order": order_kind(ev) if ev is not None else "",
             "profile": source.label})
+    top = best_family(result)
+    t = top.iteration_time if top is not None else None
+    rows.append({**rows[-1], "system": "best_family", "fits": t is not None, "iteration_s": t,
+                 "samples_per_s": global_batch / t if t else None,
+                 "tokens_per_s": global_batch / t * prof.seq_len * prof.micro_batch if t else None,
+                 "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
+                 "speedup_vs_dapple_plus_layer": t_layer / t if t and t_layer else None,
+                 "paper_speedup_low": None, "paper_speedup_high": None,
+                 "max_stage_peak_gib": max(top.peak_bytes) / GiB if top is not None else None,
+                 "order": f"{top.label} ({top.variant})" if top is not None else "no family fits"})
     return rows
 
 
@@ -267,38 +302,39 @@ def order_kind(ev) -> str:
     return "relaxed"
 
 
-ZOO_SYSTEMS = {"dapple_plus": "DAPPLE+", "interleaved_full": "Interleaved + full recompute",
-               "zb_h1_full": "ZB-H1 + full recompute", "obscura": "Obscura (on 1F1B)",
-               "obscura_interleaved": "Obscura on interleaved", "obscura_zb_h1": "Obscura on ZB-H1",
-               "pick": "planner's pick"}
-
-
 def zoo_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
              reserve=0) -> list[dict]:
-    """scripts/fig_zoo.py: one row per ZOO_SYSTEMS entry, all from one plan search
-    with the schedule families on (planner.families.zoo_systems); a system that
-    does not fit has no iteration time ('OOM')."""
+    """scripts/fig_zoo.py: from one plan search with the families on, DAPPLE+,
+    Obscura's own search on 1F1B, every family at its best (family_rows) and the
+    planner's pick; a system that does not fit has no iteration time."""
     prof = source.sized(size)
     limit = parse_memory_limit(memory_limit)
     result = plan_case(prof, global_batch, limit, num_stages, reserve, families=True)
-    evs = zoo_systems(result) if result is not None else {}
+    common = {"family": source.family, "model": prof.model, "global_batch": global_batch, "num_stages": num_stages,
+              "memory_limit_gib": round(limit / GiB, 3), "profile": source.label}
+    evs = evaluations(result) if result is not None else {}
     plus = evs.get("dapple_plus")
     t_plus = plus.makespan if plus is not None and plus.fits else None
     rows = []
-    for name, label in ZOO_SYSTEMS.items():
+    for name, label in (("dapple_plus", "DAPPLE+ (1F1B, full recompute)"),
+                        ("obscura", "Obscura (the paper's search, on 1F1B)")):
         ev = evs.get(name)
         t = ev.makespan if ev is not None and ev.fits else None
-        cfg = ev.config if ev is not None else None
-        rows.append({
-            "family": source.family, "model": prof.model, "global_batch": global_batch, "num_stages": num_stages,
-            "memory_limit_gib": round(limit / GiB, 3), "system": name, "label": label, "fits": t is not None,
-            "iteration_s": t, "samples_per_s": global_batch / t if t else None,
-            "speedup_vs_dapple_plus": t_plus / t if t and t_plus else None,
-            "simulated_s_if_it_fit": ev.makespan if ev is not None else None,
-            "schedule": cfg.schedule if cfg else "", "virtual_stages": cfg.virtual_stages if cfg else None,
-            "adjusted_stages": len(cfg.adjusted) if cfg else None,
-            "max_device_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
-            "pick_source": result.source if result is not None else "infeasible", "profile": source.label})
+        rows.append({**common, "system": name, "label": label, "evaluated": ev is not None, "fits": t is not None,
+                     "iteration_s": t, "samples_per_s": global_batch / t if t else None, "variant": "",
+                     "virtual_stages": 1, "needs_gib": max(ev.peaks) / GiB if ev is not None and not t else None,
+                     "max_device_peak_gib": max(ev.peaks) / GiB if ev is not None else None,
+                     "unlimited_s": None, "note": ""})
+    rows += family_rows(result, common)
+    pick = result.plan if result is not None else None
+    rows.append({**common, "system": "pick", "label": "the planner's pick", "evaluated": pick is not None,
+                 "fits": pick is not None, "iteration_s": pick.predicted_iteration_time if pick else None,
+                 "samples_per_s": global_batch / pick.predicted_iteration_time if pick else None,
+                 "variant": result.source if result is not None else "", "virtual_stages":
+                     pick.virtual_stages if pick else None, "needs_gib": None, "max_device_peak_gib": None,
+                 "unlimited_s": None, "note": pick.schedule if pick else "no family fits"})
+    for r in rows:
+        r["speedup_vs_dapple_plus"] = t_plus / r["iteration_s"] if r["iteration_s"] and t_plus else None
     return rows
 
 

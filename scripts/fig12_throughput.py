@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Fig. 12: simulated throughput of DAPPLE, DAPPLE+, OHP-CMB, Strawman and Obscura
 for Llama-2 and GPT-3 18/23/28B at global batch 16/32/64, p=8, 80 GiB per GPU
-(the paper's A100-80GB), with Obscura's speedup over DAPPLE+ beside the paper's.
-Also plans every case at the H200's full memory (CSV only: what changes there).
+(the paper's A100-80GB), with Obscura's speedup over DAPPLE+ beside the paper's;
+beside them the fastest schedule family at its best plan (planner.families: every
+family's stages recompute and swap what its own order needs; the bar is labelled
+with the family). Also plans every case at the H200's full memory (CSV only).
 
     python scripts/fig12_throughput.py [--out DIR] [--profile-dir results/h200]
 
@@ -21,9 +23,10 @@ from experiments import paper as P
 from planner.identify import parse_memory_limit
 from schedules.sizes import GiB
 
-SHOWN = ("dapple", "dapple_plus", "dapple_plus_layer", "ohp_cmb", "strawman", "obscura")
+SHOWN = ("dapple", "dapple_plus", "dapple_plus_layer", "ohp_cmb", "strawman", "obscura", "best_family")
 COLORS = {"dapple": "#8C8C8C", "dapple_plus": "#4C72B0", "dapple_plus_layer": "#2A3F66", "ohp_cmb": "#64B5CD",
-          "strawman": "#DD8452", "obscura": "#C44E52"}
+          "strawman": "#DD8452", "obscura": "#C44E52", "best_family": "#55A868"}
+LABELS = {**P.SYSTEMS, "best_family": "fastest family at its best"}
 
 
 def _vs(r, base: str, tag: str) -> str:
@@ -52,7 +55,10 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                                 color=COLORS[name])
                         continue
                     ax.bar(x, r["samples_per_s"], width, color=COLORS[name],
-                           label=P.SYSTEMS[name] if g == 0 else None)
+                           label=LABELS[name] if g == 0 else None)
+                    if name == "best_family":
+                        ax.text(x, r["samples_per_s"] * 1.01, r["order"].split(" (")[0], rotation=90,
+                                ha="center", va="bottom", fontsize=4.5)
                     if name == "obscura" and r["speedup_vs_dapple_plus"]:
                         paper = ("\npaper %.2f-%.2f" % (r["paper_speedup_low"], r["paper_speedup_high"])
                                  if r["paper_speedup_low"] else "")
@@ -86,14 +92,19 @@ def summary(rows, limit_gib) -> list[str]:
             continue
         case = [x for x in rows if x["model"] == r["model"] and x["global_batch"] == r["global_batch"]
                 and x["memory_limit_gib"] == limit_gib]
-        cols = "  ".join("%s %s" % (P.SYSTEMS[x["system"]], "OOM" if x["samples_per_s"] is None
+        cols = "  ".join("%s %s" % (LABELS[x["system"]], "OOM" if x["samples_per_s"] is None
                                     else "%.3f" % x["samples_per_s"]) for x in case if x["system"] in SHOWN)
         paper = " (paper %.2f-%.2f)" % (r["paper_speedup_low"], r["paper_speedup_high"]) if r["paper_speedup_low"] else ""
         lines.append(f"{r['model']:<11} GBS {r['global_batch']:>3} @ {limit_gib:g} GiB  samples/s: {cols}  "
                      f"Obscura/DAPPLE+ {_ratio(r, 'dapple_plus')} unit, {_ratio(r, 'dapple_plus_layer')} layer{paper}  "
-                     f"[plan {r['obscura_schedule']} via {r['obscura_source']}, adjusted {r['obscura_adjusted'] or 'none'}, "
-                     f"{r['order']} order]")
+                     f"[Obscura: {r['obscura_schedule']}, adjusted {r['obscura_adjusted'] or 'none'}, "
+                     f"{r['order']} order; fastest family: {_best(case)}]")
     return lines
+
+
+def _best(case) -> str:
+    r = next(x for x in case if x["system"] == "best_family")
+    return r["order"] + ("" if r["iteration_s"] is None else f" {r['samples_per_s']:.3f}")
 
 
 def main(argv=None) -> int:

@@ -6,8 +6,9 @@ doc's numbers are the CSVs' (a block between `<!-- table: NAME -->` and
     python scripts/reproduction_tables.py            # rewrite the blocks
     python scripts/reproduction_tables.py --check    # exit 1 if a block is stale (a test runs this)
 
-Tables: fig12 (throughput, both DAPPLE+ baselines and both ceilings, the share of
-each ceiling's gain Obscura reaches), fig13 (per-stage peaks), fig14 (stage times),
+Tables: families (every schedule family at its best plan, from fig_zoo's CSV, and
+which wins by how much), fig12 (throughput, both DAPPLE+ baselines and both ceilings,
+the share of each ceiling's gain Obscura reaches), fig13 (per-stage peaks), fig14 (stage times),
 fig16 / fig16_analytic (ablation), calibration (one-GPU engine vs simulator).
 """
 from __future__ import annotations
@@ -166,7 +167,37 @@ def calibration_table() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"fig12": fig12_table, "fig13": fig13_table, "fig14": fig14_table, "fig16": fig16_table,
+def families_table() -> str:
+    """Every schedule family at its best plan (results/figures/fig_zoo.csv): per model
+    and global batch, each family's simulated iteration or what it needs, and which
+    family wins by how much over the best other fitting one."""
+    rows = _rows(FIG / "fig_zoo.csv")
+    cases = list(dict.fromkeys((r["model"], r["global_batch"]) for r in rows))
+    systems = [r for r in rows if (r["model"], r["global_batch"]) == cases[0] and r["system"] != "pick"]
+    out = ["| system | " + " | ".join(f"{m} GBS {b}" for m, b in cases) + " |",
+           "|---|" + "---|" * len(cases)]
+
+    def cell(r: dict) -> str:
+        if r["iteration_s"]:
+            return f"{float(r['iteration_s']):.3f} s" + (f" ({r['variant']})" if r["variant"] else "")
+        if r["evaluated"] != "True":
+            return "not evaluated"
+        return f"does not fit (needs {float(r['needs_gib']):.0f} GiB)" if r["needs_gib"] else "does not fit"
+    for sys_row in systems:
+        by_case = {(r["model"], r["global_batch"]): r for r in rows if r["system"] == sys_row["system"]}
+        out.append(f"| {sys_row['label']} | " + " | ".join(cell(by_case[c]) for c in cases) + " |")
+    out.append("")
+    for model, batch in cases:
+        fams = sorted((float(r["iteration_s"]), r["label"]) for r in rows if (r["model"], r["global_batch"]) ==
+                      (model, batch) and r["system"].startswith("family:") and r["iteration_s"])
+        if len(fams) >= 2:
+            (t0, win), (t1, second) = fams[0], fams[1]
+            out.append(f"- {model}, GBS {batch}: {win} wins, {100 * (t1 / t0 - 1):.1f}% ahead of {second} "
+                       f"({t0:.3f} s against {t1:.3f} s).")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"families": families_table, "fig12": fig12_table, "fig13": fig13_table, "fig14": fig14_table, "fig16": fig16_table,
           "fig16_analytic": fig16_analytic_table, "calibration": calibration_table}
 
 
