@@ -163,6 +163,19 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 
 
+def program_outputs(costs: StageCosts, stage: int, split: bool) -> float:
+    """Bytes a stage's backward program allocates for its outputs while its inputs
+    (the micro-batch's residuals) are still alive, which the memory fold, counting a
+    block as one or the other, does not see: the input gradient it sends upstream,
+    and, for a split backward's I, the block W will read. A device's peak adds the
+    largest among its stages to its working set."""
+    dx = costs.boundary_bytes[stage - 1] if stage > 0 else 0.0
+    if not split:
+        return dx
+    held = costs.weight_grad_held_bytes(stage)
+    return dx + (held if held is not None else costs.act_bytes[stage] - costs.input_grad_frees(stage))
+
+
 def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
                 recompute_sets: Sequence[Iterable[str]], *,
                 p2p_bandwidth: float | None = None, p2p_latency: float | None = None,

@@ -49,13 +49,14 @@ class Family:
     virtual_stages: int = 1   # model stages per device
     obscura: str | None = None  # the generator of Obscura's transformation on it
     at_limit: bool = False    # the order itself is made for the limit (the zero-bubble heuristic)
+    obscura_base: str | None = None   # the order `obscura` relaxes, where not `generator`'s
 
 
 FAMILIES = (
     Family("1f1b", "1F1B", "1f1b", 1, "obscura"),
     Family("interleaved-v2", "interleaved V=2", "interleaved", 2, "obscura-interleaved"),
     Family("interleaved-v4", "interleaved V=4", "interleaved", 4, "obscura-interleaved"),
-    Family("zb-h1", "ZB-H1", "zb-h1", 1, "obscura-zb-h1"),
+    Family("zb-h1", "ZB-H1", "zb-h1", 1, "obscura-zb-h1", obscura_base="zb-h1-capped"),
     Family("zb-h2", "ZB-H2", "zb-h2", 1),
     Family("zb-1p", "ZB-1p", "zb-1p", 1),
     Family("zb-2p", "ZB-2p", "zb-2p", 1),
@@ -112,7 +113,8 @@ def search_family(setting: Setting, family: Family, num_devices: int, swap: bool
         more, more_leans = [], []
         if seed is not None:
             try:
-                more, more_leans = transformed(setting, family.obscura, order, seed.evaluation, swap)
+                more, more_leans = transformed(setting, family.obscura, family.obscura_base or family.generator,
+                                               order, seed.evaluation, swap)
             except ScheduleError:
                 pass
         found += more

@@ -28,14 +28,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from planner.costs import Partition, stage_costs, weight_bytes, working_bytes
+from planner.costs import Partition, program_outputs, stage_costs, weight_bytes, working_bytes
 from planner.device_choice import choose_device, fastest, leanest
 from planner.memory_rows import device_rows
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_options import Option, stage_options
 from planner.search import BETA_GRID, Config, Evaluation, Setting, rank, recompute_names
 from planner.time_model import swap_hides
-from schedules import Schedule, ScheduleError, StageCosts, generate
+from schedules import Kind, Schedule, ScheduleError, StageCosts, generate
+from schedules.generators.caps import held_peaks as held_blocks
 from schedules.generators.common import assemble_devices, warmup_count
 from schedules.generators.swap import add_swaps
 from schedules.simulator import held_peaks
@@ -92,7 +93,9 @@ def evaluate(setting: Setting, placed: Schedule, partition: Partition, recompute
     costs = stage_costs(prof, partition, recompute, unit_kept=setting.unit_kept)
     makespan, act = held_peaks(sched, costs, check=False)
     devices = range(sched.num_devices)
-    per_stage = [working_bytes(prof, u, r) for u, r in zip(partition, recompute)]
+    split = {a.stage for row in sched.rows for a in row if a.kind == Kind.W}
+    per_stage = [working_bytes(prof, u, r) + program_outputs(costs, s, s in split)
+                 for s, (u, r) in enumerate(zip(partition, recompute))]
     work = tuple(max(per_stage[s] for s in sched.stages_on(d)) for d in devices)
     weights = [sum(costs.weight_bytes[s] for s in sched.stages_on(d)) for d in devices]
     peaks = tuple(weights[d] + act[d] + work[d] for d in devices)
@@ -309,17 +312,22 @@ def chosen_costs(setting: Setting, ev: Evaluation) -> StageCosts:
     return stage_costs(setting.profile, ev.config.partition, ev.config.recompute, unit_kept=setting.unit_kept)
 
 
-def transformed(setting: Setting, obscura: str, order: _Order, ev: Evaluation, swap: bool
+def transformed(setting: Setting, obscura: str, base: str, order: _Order, ev: Evaluation, swap: bool
                 ) -> tuple[list[Candidate], list[Evaluation]]:
-    """Obscura's transformation on the family's order, generated under `ev`'s
-    sets (its recomputing stages adjusted), then searched like any order."""
+    """Obscura's transformation on the family's order (generator `obscura`, which
+    relaxes generator `base`'s order), generated under `ev`'s sets, its recomputing
+    stages adjusted, each device capped at the blocks the base order holds there (the
+    relaxation fills bubbles without holding more; the search over caps, migration
+    included, is Obscura's own search on 1F1B), then searched like any order."""
     adjusted = tuple(s for s, r in enumerate(ev.config.recompute) if r)
     if not adjusted:
         return [], []
     p = order.base.num_devices
+    kw = {"virtual_stages": order.virtual_stages} if order.virtual_stages > 1 and base in _CHUNK_ARG else {}
+    caps = held_blocks(compute_rows(generate(base, p, setting.num_microbatches, **kw)))
     try:
         new = order_of(setting, obscura, p, order.partition, order.virtual_stages, order.per_op, adjusted=adjusted,
-                       costs=chosen_costs(setting, ev))
+                       costs=chosen_costs(setting, ev), warmup=caps)
     except ScheduleError:
         return [], []
     return search_order(new, "obscura", swap)

@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from planner.costs import Partition, stage_costs, stage_views, working_bytes
+from planner.costs import Partition, program_outputs, stage_costs, stage_views, working_bytes
 from planner.identify import cmb_set
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
@@ -173,7 +173,8 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
     costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
     makespan, act = held_peaks(sched, costs, check=False)   # build_schedule validated it
-    work = tuple(working_bytes(prof, units, r) for units, r in zip(config.partition, config.recompute))
+    work = tuple(working_bytes(prof, units, r) + program_outputs(costs, s, False)
+                 for s, (units, r) in enumerate(zip(config.partition, config.recompute)))
     peaks = tuple(costs.weight_bytes[s] + act[s] + work[s] for s in range(len(act)))
     return Evaluation(config, sched, costs, makespan, act, work, peaks, setting.memory_limit, solution)
 
