@@ -6,9 +6,9 @@
     interleaved-v4  the same, V = 4                          4
     zb-h1           zero bubble ZB-H1                        1
     zb-h2           zero bubble ZB-H2 (about 2x 1F1B's memory) 1
-    zb-1p, zb-2p    the zero-bubble automatic schedule at 1F1B's memory, at twice it
-    zb-auto         the same heuristic at the plan's limit: each device's room after
-                    its weights, under the chosen sets' costs (planner.family_search)
+    zb-auto         the zero-bubble automatic schedule (ZB-1p/2p's heuristic) at the
+                    plan's limit: each device's room after its weights, under the
+                    chosen sets' costs (planner.family_search)
     zb-v            zero bubble V (ZB-V)                     2
     interleaved-zb  torch's interleaved zero bubble, V = 2   2
     v-half, v-min   controllable-memory V schedules          2
@@ -58,8 +58,6 @@ FAMILIES = (
     Family("interleaved-v4", "interleaved V=4", "interleaved", 4, "obscura-interleaved"),
     Family("zb-h1", "ZB-H1", "zb-h1", 1, "obscura-zb-h1", obscura_base="zb-h1-capped"),
     Family("zb-h2", "ZB-H2", "zb-h2", 1),
-    Family("zb-1p", "ZB-1p", "zb-1p", 1),
-    Family("zb-2p", "ZB-2p", "zb-2p", 1),
     Family("zb-auto", "ZB automatic at the limit", "zb-auto", 1, at_limit=True),
     Family("zb-v", "ZB-V", "zb-v", 2),
     Family("interleaved-zb", "interleaved ZB V=2", "interleaved-zb", 2, "obscura-interleaved-zb"),

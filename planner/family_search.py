@@ -350,7 +350,8 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
     found: list[Candidate] = []
     leans: list[Evaluation] = []
     none = (frozenset(),) * n
-    free = order_of(setting, generator, num_devices, partition, 1, memory_limit=_NO_LIMIT,
+    grid = "quick" if num_devices * setting.num_microbatches > QUICK_ABOVE else "full"
+    free = order_of(setting, generator, num_devices, partition, 1, memory_limit=_NO_LIMIT, grid=grid,
                     costs=stage_costs(prof, partition, none, unit_kept=setting.unit_kept))
     fast = unlimited(free)
     for seed in _seeds(setting, partition, per_op):
@@ -362,7 +363,7 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
             adjusted = tuple(s for s in range(n) if sets[s]) or None
             try:
                 order = order_of(setting, generator, num_devices, partition, 1, per_op, memory_limit=room,
-                                 costs=costs, adjusted=adjusted)
+                                 costs=costs, adjusted=adjusted, grid=grid)
             except ScheduleError:     # not even one block and its I fit under these sets
                 break
             more, more_leans = search_order(order, "at the limit", False)   # its order already holds W for the limit
@@ -375,6 +376,7 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
     return found, leans, fast
 
 
+QUICK_ABOVE = 2048   # devices x micro-batches beyond which the heuristic runs its quick grid (one run)
 CHEAP = 0.02   # a seed's "cheap" sets recompute at most this share of the stage's forward + backward
 
 

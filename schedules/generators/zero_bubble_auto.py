@@ -162,16 +162,31 @@ def _limits(memory_limit, num_stages: int) -> tuple[float, ...]:
     return tuple(float(v) for v in limit)
 
 
+GRIDS = ("full", "quick")
+
+
+def _grid(grid: str, num_stages: int, num_microbatches: int) -> tuple[list, tuple, tuple]:
+    """(leads, W placements, switches) the heuristic tries: the paper's grid, or
+    "quick" (a long pipeline's planner: every forward the limit allows, W after
+    everything, W only in gaps it fits: one run)."""
+    if grid not in GRIDS:
+        raise ScheduleError(f"grid must be one of {', '.join(GRIDS)}, got {grid!r}")
+    if grid == "quick":
+        return [(num_microbatches,) * num_stages], (False,), (frozenset({Kind.W}),)
+    return candidate_leads(num_stages, num_microbatches), (False, True), SWITCHES
+
+
 def auto_rows(st: Setup, costs: StageCosts, memory_limit, swapping: Sequence[int] = (),
-              swap_fraction: float = 0.0) -> tuple[list[list[Action]], float]:
+              swap_fraction: float = 0.0, grid: str = "full") -> tuple[list[list[Action]], float]:
     """Rows and makespan of the heuristic (module docstring) under `costs`, every
     device within its `memory_limit` (a number, a per-device tuple, or a function
-    of the stages' BlockCharges giving one of those)."""
+    of the stages' BlockCharges giving one of those); `grid`: see _grid."""
     p, m = st.num_devices, st.num_microbatches
     if costs.num_stages != p:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, the schedule has {p}")
+    leads, delays, switches = _grid(grid, p, m)
     best = None
-    for lead, delay in ((lead, delay) for lead in candidate_leads(p, m) for delay in (False, True)):
+    for lead, delay in ((lead, delay) for lead in leads for delay in delays):
         base = assemble("zb-auto", m, [lead_row(s, m, lead[s], s if delay else None) for s in range(p)],
                         st.adjusted, st.recompute)
         if swapping:       # price the links of the stages that will swap as shared
@@ -185,7 +200,7 @@ def auto_rows(st: Setup, costs: StageCosts, memory_limit, swapping: Sequence[int
                                     f"input-gradient step ({c.forward + c.input_rise:g})")
         sizes = {a: v for s, c in enumerate(charge) for a, v in c.sizes(s, m).items()}
         relax = DeviceRelaxation(base, costs)
-        for fits in SWITCHES:
+        for fits in switches:
             found = relax({s: lim * (1 + _TOL) for s, lim in enumerate(limit)}, best[1] if best else math.inf,
                           sizes, fits)
             if found is not None and (best is None or found[1] < best[1] * (1 - _TOL)):
@@ -197,7 +212,7 @@ def auto_rows(st: Setup, costs: StageCosts, memory_limit, swapping: Sequence[int
 
 def zb_auto(num_stages: int, num_microbatches: int, *, memory_limit=None, adjusted=None, recompute=("full",),
             swap_blocks=0, swap_fraction: float = 0.0, costs: StageCosts | None = None,
-            name: str = "zb-auto") -> Schedule:
+            name: str = "zb-auto", grid: str = "full") -> Schedule:
     """The heuristic under `memory_limit` per device (module docstring: bytes under
     `costs`, or blocks without activation bytes; None: 1F1B's, as ZB-1p). The
     planner gives each device's room left by its weights (planner.families)."""
@@ -206,7 +221,7 @@ def zb_auto(num_stages: int, num_microbatches: int, *, memory_limit=None, adjust
         memory_limit = times_1f1b(1, st.num_devices)
     costs = costs if costs is not None else StageCosts.uniform(st.num_devices, 1.0, 2.0, 1.0)
     rows, _ = auto_rows(st, costs, memory_limit, swap_intent(swap_blocks, swap_fraction, st.adjusted),
-                        swap_fraction)
+                        swap_fraction, grid)
     return swapped_schedule(name, st, rows, swap_blocks, swap_fraction)
 
 

@@ -37,7 +37,7 @@ def _exhaustive(setting, family, p, only=None):
     return best
 
 
-@pytest.mark.parametrize("name,p", [("1f1b", 4), ("zb-h1", 4), ("zb-h2", 3), ("zb-1p", 3), ("interleaved-v2", 4),
+@pytest.mark.parametrize("name,p", [("1f1b", 4), ("zb-h1", 4), ("zb-h2", 3), ("interleaved-v2", 4),
                                     ("zb-v", 3), ("interleaved-zb", 3), ("v-half", 3), ("v-min", 3)])
 @pytest.mark.parametrize("squeeze", [0.45, 0.75])
 def test_each_family_within_one_percent_of_the_exhaustive_search(name, p, squeeze):
