@@ -16,8 +16,8 @@ A device's estimate is the largest of the run's phases on it:
 
 each plus the allocator's share, ALLOCATOR_SHARE of the rest: BFC hands a free chunk
 out whole when splitting it would leave less than the request (or 128 MiB), and
-rounds every allocation up; on the H200 the device held up to 0.07% more than every
-buffer counted (BENCHMARKS.md, "Memory check").
+rounds every allocation up; the H200 runs of results/h200 held up to 0.07% more than
+every buffer counted (docs/design.md, "Memory on a device").
 
 The check runs twice: before compiling (traced figures, no scratch: a run whose
 weights and activations alone exceed the limit is refused within seconds) and after
