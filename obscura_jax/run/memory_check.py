@@ -19,9 +19,10 @@ out whole when splitting it would leave less than the request (or 128 MiB), and
 rounds every allocation up; the H200 runs of results/h200 held up to 0.07% more than
 every buffer counted (docs/design.md, "Memory on a device").
 
-The check runs twice: before compiling (traced figures, no scratch: a run whose
-weights and activations alone exceed the limit is refused within seconds) and after
-compiling, before any array is placed (XLA's own sizes). A device over its limit is
+The check runs before compiling (traced figures, no scratch: a run whose weights and
+activations alone exceed the limit is refused within seconds), after compiling,
+before any array is placed (XLA's own sizes), and once more in the issue order the
+measured costs give, before the first step (the inbox term follows the order). A device over its limit is
 refused in one line naming the device, the estimate, the limit, the largest term and
 what to reduce; `force` tries anyway. The limit: --device-memory, else the device's
 memory_stats()["bytes_limit"], else (a GPU that reports none) what the
@@ -271,6 +272,7 @@ class RunMemory:
                                          sorted(self.devices_of))
         self.estimates: list[DeviceEstimate] = []
         self.everyone: list[dict] = []
+        self.warned: str | None = None      # the --force warning said (once per line)
 
     def verify(self, pipe=None) -> None:
         """Estimate every local device (from the compiled programs once `pipe` is
@@ -283,8 +285,9 @@ class RunMemory:
         line = verdict(self.estimates, self.group)
         if line is not None and not self.run.force_memory:
             raise MemoryCheckError(line)
-        if line is not None and self.group.is_leader:
+        if line is not None and self.group.is_leader and line != self.warned:
             warn(f"{line.split('; ')[0]}; --force: trying anyway")
+            self.warned = line
         self.everyone = [d for part in self.group.gather("memory estimates", [e.to_json() for e in self.estimates])
                          for d in part]
 

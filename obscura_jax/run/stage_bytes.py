@@ -24,6 +24,7 @@ sizes). docs/design.md, "Memory on a device", says where each term comes from.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import jax
@@ -84,6 +85,15 @@ def traced_residual_bytes(stage, params_like, x_like, targets_like=None) -> int:
     return total
 
 
+@functools.lru_cache(maxsize=256)    # runs of one process (compare, tests) share their stages
+def _stage_residual_bytes(cfg, unit_range, policy, micro_batch: int, seq_len: int) -> int:
+    stage = models.build_stage(cfg, unit_range, policy)
+    targets = jax.ShapeDtypeStruct((micro_batch, seq_len), jnp.int32) if stage.is_last else None
+    params_like = models.stage_params(models.abstract_params(cfg), unit_range, cfg)
+    return traced_residual_bytes(stage, params_like, stage.input_spec(micro_batch, seq_len), targets)
+
+
+@functools.lru_cache(maxsize=256)
 def _weights(cfg, unit_range, mesh, optimizer) -> tuple[int, int, int]:
     """(params, grads, optimizer) bytes on one device of `mesh`."""
     params_like = models.stage_params(models.abstract_params(cfg), unit_range, cfg)
@@ -113,13 +123,7 @@ def traced(cfg, schedule, partition, base_policy, placement, shape, optimizer, l
     for s in local:
         mesh, r = placement.mesh(s), tuple(partition[s])
         b = shape.micro_batch_size // mesh.data
-        acts = {}
-        for pol in {base, policies[s]}:
-            stage = models.build_stage(cfg, r, pol)
-            targets = jax.ShapeDtypeStruct((b, shape.seq_len), jnp.int32) if stage.is_last else None
-            params_like = models.stage_params(models.abstract_params(cfg), r, cfg)
-            acts[pol] = traced_residual_bytes(stage, params_like, stage.input_spec(b, shape.seq_len),
-                                              targets) / mesh.tensor
+        acts = {pol: _stage_residual_bytes(cfg, r, pol, b, shape.seq_len) / mesh.tensor for pol in {base, policies[s]}}
         params, grads, opt = _weights(cfg, r, mesh, optimizer)
         first = models.build_stage(cfg, r)
         x_spec = first.input_spec(b, shape.seq_len)

@@ -140,6 +140,7 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
         if run.measure_costs:
             with naming("the cost measurement"):
                 _measure(outcome, group)
+            outcome.memory.verify(outcome.pipeline)     # again in the issue order the costs gave
         with naming("a step's programs"):
             recorded, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics,
                                              xla_profile)
