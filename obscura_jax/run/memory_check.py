@@ -55,11 +55,12 @@ ADVICE = {"weights": "spread the model over more stages or devices (--stages, --
           "runtime": "reduce --microbatches",
           "measurement": "reduce --micro-batch-size or --seq-len",
           "update": "spread the model over more stages or devices (--stages, --tensor-parallel)",
-          "restore": "spread the model over more stages or devices (--stages, --tensor-parallel)"}
+          "restore": "spread the model over more stages or devices (--stages, --tensor-parallel)",
+          "resident": "free what earlier runs of this process left on the device, or run it in a process of its own"}
 TERM_NAMES = {"weights": "weights (params, grads, optimizer state)", "activations": "activations",
               "working": "XLA scratch and program outputs", "runtime": "tokens, targets and losses",
               "measurement": "cost measurement", "update": "optimizer step", "restore": "restored copy",
-              "allocator": "allocator share"}
+              "allocator": "allocator share", "resident": "arrays already on the device"}
 PHASES = {"steps": "", "measurement": " while measuring costs", "update": " in the optimizer step",
           "restore": " while restoring the checkpoint"}
 
@@ -108,7 +109,7 @@ class DeviceEstimate:
         """The one line that refuses the run on this device."""
         name, nbytes = self.largest()
         return (f"device {self.device} needs ~{format_bytes(self.total)}{PHASES[self.phase]} ({self.stage_text()}: "
-                f"{TERM_NAMES[name]} {format_bytes(nbytes)} {'are' if name in ('weights', 'activations') else 'is'} "
+                f"{TERM_NAMES[name]} {format_bytes(nbytes)} {'are' if name in ('weights', 'activations', 'resident') else 'is'} "
                 f"the largest term) but its allocator holds {format_bytes(self.limit)} ({self.limit_source}); "
                 f"{ADVICE[name]}, or give --force to try anyway")
 
@@ -144,10 +145,11 @@ def held_peaks(schedule, order, stage_bytes: dict, boundary) -> dict[int, float]
 
 
 def estimate(schedule, order, stage_bytes: dict, boundary, devices_of: dict, *, resume: bool = False,
-             limits: dict | None = None) -> list[DeviceEstimate]:
+             limits: dict | None = None, resident: dict | None = None) -> list[DeviceEstimate]:
     """One DeviceEstimate per device: `stage_bytes[s]` (StageBytes of the local stages),
     `boundary[s]` every stage's output bytes, `devices_of[s]` the names of the devices
-    stage s holds here, `limits[name]` (bytes or None, source)."""
+    stage s holds here, `limits[name]` (bytes or None, source), `resident[name]` the
+    bytes already in use on it before the run (earlier runs of this process)."""
     held = held_peaks(schedule, order, stage_bytes, boundary)
     by_device: dict[str, list[int]] = {}
     for s in sorted(stage_bytes):
@@ -164,6 +166,8 @@ def estimate(schedule, order, stage_bytes: dict, boundary, devices_of: dict, *, 
         if resume:
             phases["restore"] = [("weights", weights), ("restore", sum(r.params + r.optimizer for r in rows))]
         for terms in phases.values():
+            if (resident or {}).get(name):
+                terms.append(("resident", float(resident[name])))
             terms.append(("allocator", ALLOCATOR_SHARE * sum(v for _, v in terms)))
         totals = {k: sum(v for _, v in t) for k, t in phases.items()}
         phase = max(totals, key=lambda k: (totals[k], k == "steps"))
@@ -229,6 +233,15 @@ def device_peak(device) -> int | None:
     return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
+def device_in_use(device) -> int:
+    """Bytes in use on the device now (memory_stats; 0 where not reported)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001  backends without allocator statistics
+        return 0
+    return int(stats.get("bytes_in_use", 0)) if stats else 0
+
+
 def verdict(estimates: list[DeviceEstimate], group) -> str | None:
     """The first refusal line of any process (the same on every process), or None."""
     mine = next((e.refusal() for e in estimates if not e.fits), None)
@@ -266,6 +279,7 @@ class RunMemory:
         self.devices_of = {s: [device_name(d) for d in ds] for s, ds in owned.items() if ds}
         devices = {device_name(d): d for ds in owned.values() for d in ds}
         self.limits = {name: allocator_limit(d, run.device_memory) for name, d in devices.items()}
+        self.resident = {name: device_in_use(d) for name, d in devices.items()}     # before the run places any
         shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
         self.boundary = list(boundary_device_bytes(boundary_specs(cfg, partition, shape), placement)) + [0]
         self.traced = stage_bytes.traced(cfg, schedule, partition, run.policy, placement, shape, optimizer,
@@ -281,7 +295,7 @@ class RunMemory:
                                                                      self.run.policy, self.run.measure_costs)
         order = self.order if pipe is None else pipe.executor.order
         self.estimates = estimate(self.schedule, order, rows, self.boundary, self.devices_of,
-                                  resume=self.run.resume, limits=self.limits)
+                                  resume=self.run.resume, limits=self.limits, resident=self.resident)
         line = verdict(self.estimates, self.group)
         if line is not None and not self.run.force_memory:
             raise MemoryCheckError(line)

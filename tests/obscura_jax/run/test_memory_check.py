@@ -79,6 +79,10 @@ def test_stages_sharing_a_device_sum_their_fold_peaks_and_the_check_names_the_la
     assert "--microbatches" in line and line.endswith("or give --force to try anyway")
     resumed, = estimate(sched, order, rows, [10, 0], {0: ["gpu:0"], 1: ["gpu:0"]}, resume=True)
     assert dict(resumed.to_json()["phases"])["restore"] == pytest.approx((1 + ALLOCATOR_SHARE) * (800 + 600))
+    # what earlier runs of the process left on the device counts in every phase
+    crowded, = estimate(sched, order, rows, [10, 0], {0: ["gpu:0"], 1: ["gpu:0"]}, resident={"gpu:0": 5000})
+    assert crowded.total == pytest.approx(shared.total + (1 + ALLOCATOR_SHARE) * 5000)
+    assert crowded.largest() == ("resident", 5000.0) and "arrays already on the device" in crowded.refusal()
 
 
 def test_traced_residuals_are_the_compiled_programs():
