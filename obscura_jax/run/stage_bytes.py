@@ -139,14 +139,16 @@ def _runtime(stage, m: int, b: int, seq_len: int) -> int:
     return (rows if stage.is_first else 0) + ((rows + 4 * m + 4) if stage.is_last else 0)
 
 
-def _working(prog) -> float:
-    """The largest of a program's scratch plus what it allocates that the fold does
-    not count: I's outputs (W's block, beside the residuals it replaces), B's and
-    W's outputs XLA could not alias to the donated accumulator."""
+def _working(prog, kinds=None) -> float:
+    """The largest, over the programs of `kinds` (default: every compiled one), of
+    a program's scratch plus what it allocates that the fold does not count: I's
+    outputs (W's block, beside the residuals it replaces), B's and W's outputs XLA
+    could not alias to the donated accumulator."""
     worst = 0.0
     for kind, m in prog.program_memory().items():
-        extra = 0 if kind == Kind.F.value else max(0, m["output"] - m["alias"])
-        worst = max(worst, m["temp"] + extra)
+        if kinds is None or kind in kinds:
+            extra = 0 if kind == Kind.F.value else max(0, m["output"] - m["alias"])
+            worst = max(worst, m["temp"] + extra)
     return worst
 
 
@@ -184,12 +186,14 @@ def compiled(pipe, traced_bytes: dict[int, StageBytes], optimizer, base_policy,
                 if measure and pipe.policies[s] != base else None)
         act = twin.residual_bytes if twin is not None else (prog.residual_bytes if pipe.policies[s] == base
                                                             else t.act)
+        steps = ("F", "I", "W") if split else ("F", "B")    # the programs the schedule runs
         row = replace(t, act=act, act_recompute=prog.residual_bytes,
-                      weight_grad_held=prog.weight_grad_held_bytes if split else None, working=_working(prog),
+                      weight_grad_held=prog.weight_grad_held_bytes if split else None, working=_working(prog, steps),
                       update=_update_bytes(pipe.cfg, pipe.partition[s], prog, optimizer), compiled=True)
         if measure:
+            prog.compile_fused()        # the measurement times B on every stage (compiled once, for it)
             swap = spec.swap_fraction if any(a.kind is Kind.SO for a in spec.actions) else 0.0
-            cost = measure_bytes(row, prog, split, swap)
+            cost = measure_bytes(replace(row, working=_working(prog)), prog, split, swap)
             if twin is not None:
                 cost = max(cost, measure_bytes(replace(row, act_recompute=twin.residual_bytes,
                                                        working=_working(twin)), twin, False, 0.0))
