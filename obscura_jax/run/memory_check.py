@@ -91,8 +91,21 @@ class DeviceEstimate:
 
     def largest(self, phase: str | None = None) -> tuple[str, float]:
         """The largest term (of `phase`, default the peak phase), the allocator's share apart."""
+        return self.ranked(phase)[0]
+
+    def ranked(self, phase: str | None = None) -> list[tuple[str, float]]:
+        """The terms of `phase` (default the peak phase), largest first, the allocator's share apart."""
         terms = dict(self.phase_terms)[phase or self.phase]
-        return max(((k, v) for k, v in terms if k != "allocator"), key=lambda kv: kv[1])
+        return sorted(((k, v) for k, v in terms if k != "allocator"), key=lambda kv: -kv[1])
+
+    def advice(self, phase: str | None = None) -> str:
+        """What to reduce: for the largest term, and for the next when the weights
+        lead (what a run reduces without changing its model)."""
+        ranked = [k for k, v in self.ranked(phase) if v > 0]
+        said = [ADVICE[ranked[0]]]
+        if ranked[0] == "weights" and len(ranked) > 1:
+            said.append(ADVICE[ranked[1]])
+        return "; or ".join(said)
 
     @property
     def fits(self) -> bool:
@@ -111,7 +124,7 @@ class DeviceEstimate:
         return (f"device {self.device} needs ~{format_bytes(self.total)}{PHASES[self.phase]} ({self.stage_text()}: "
                 f"{TERM_NAMES[name]} {format_bytes(nbytes)} {'are' if name in ('weights', 'activations', 'resident') else 'is'} "
                 f"the largest term) but its allocator holds {format_bytes(self.limit)} ({self.limit_source}); "
-                f"{ADVICE[name]}, or give --force to try anyway")
+                f"{self.advice()}, or give --force to try anyway")
 
     def to_json(self) -> dict:
         return {"device": self.device, "stages": list(self.stages), "predicted_bytes": self.total,
@@ -257,12 +270,12 @@ def explain(error: DeviceOutOfMemory, estimates: list[DeviceEstimate], group) ->
     context = ""
     if known:
         e = known[0]
-        name, _ = e.largest(next((k for k, what in (("measurement", "cost measurement"), ("update", "optimizer step"))
-                                  if what in error.where), "steps"))
+        phase = next((k for k, what in (("measurement", "cost measurement"), ("update", "optimizer step"))
+                      if what in error.where), "steps")
         against = f" against its allocator's {format_bytes(e.limit)}" if e.limit is not None else ""
         short = "; the estimate fell short: please report it" if e.limit is not None and e.fits else ""
         context = (f"the run's estimate for {e.device} was ~{format_bytes(e.total)}{PHASES[e.phase]}{against}"
-                   f"{short}; {ADVICE[name]}")
+                   f"{short}; {e.advice(phase)}")
     return error.with_context(context, process=group.rank if group.size > 1 else None)
 
 
