@@ -299,7 +299,7 @@ class RunMemory:
                                          sorted(self.devices_of))
         self.estimates: list[DeviceEstimate] = []
         self.everyone: list[dict] = []
-        self.warned: str | None = None      # the --force warning said (once per line)
+        self.warned = False                 # the --force warning said (once a run)
 
     def verify(self, pipe=None) -> None:
         """Estimate every local device (from the compiled programs once `pipe` is
@@ -312,9 +312,9 @@ class RunMemory:
         line = verdict(self.estimates, self.group)
         if line is not None and not self.run.force_memory:
             raise MemoryCheckError(line)
-        if line is not None and self.group.is_leader and line != self.warned:
+        if line is not None and self.group.is_leader and not self.warned:
             warn(f"{line.split('; ')[0]}; --force: trying anyway")
-            self.warned = line
+            self.warned = True
         self.everyone = [d for part in self.group.gather("memory estimates", [e.to_json() for e in self.estimates])
                          for d in part]
 

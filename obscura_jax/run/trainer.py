@@ -184,7 +184,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         with naming("compiling the stage programs"):
             pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer, order,
                                   swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group)
-        memory.verify(pipe)             # XLA's own sizes, before any array is placed
+            memory.verify(pipe)         # XLA's own sizes, before any array is placed
         # before any transfer between processes
         check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
         with naming("placing the stages' parameters"):
