@@ -15,7 +15,8 @@ recompute. Fraction of swap time hidden:
     1 - max(0, T_swap - T_noswap) / (bytes_out / bw_out + bytes_in / bw_in)
 with bw the standalone transfer bandwidth measured in the same run. Each run prints
 measured / one-GPU serial simulation (every stage's work in turn on the one GPU, from
-the run's steady-state costs) and host dispatch per action; with `smi_log` an
+the run's steady-state costs), host dispatch per action and the memory check's
+predicted device peak beside the measured one (memory_row); with `smi_log` an
 nvidia-smi log (SM clock, power, throttle reasons every 250 ms) runs beside them and
 each run's busy-sample medians are reported (GpuClockLog).
 """
@@ -245,7 +246,8 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
                                                  "simulated_peak_bytes", "peak_activation_bytes")}
                           for st in res["stages"]],
                "simulated_peak_sum": sum(st.get("simulated_peak_bytes") or 0 for st in res["stages"]),
-               "accounted_peak_sum": sum(st["accounted_peak_bytes"] for st in res["stages"])}
+               "accounted_peak_sum": sum(st["accounted_peak_bytes"] for st in res["stages"]),
+               "memory": memory_row(res)}
         if label.startswith("obscura_swap") and "obscura_noswap" in results:
             row["hidden"] = _hidden_fraction(res, results["obscura_noswap"])
         summary["runs"][label] = row
@@ -253,7 +255,24 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
     for label, row in summary["runs"].items():
         for line in _gpu_lines(label, row):
             log(line)
+    checked = [row["memory"]["within"] for row in summary["runs"].values() if row["memory"]]
+    if checked and None not in checked:
+        log(f"memory check: measured <= predicted <= 1.05 x measured on every run: {'yes' if all(checked) else 'NO'}")
     return summary
+
+
+def memory_row(res: dict) -> dict | None:
+    """The run's memory check on its fullest device: predicted (the estimate `train`
+    checks against the limit) beside the device's measured peak (memory_stats over
+    the whole process); `within` is measured <= predicted <= 1.05 x measured."""
+    devices = (res.get("memory") or {}).get("devices") or []
+    if not devices:
+        return None
+    d = max(devices, key=lambda d: d["predicted_bytes"])
+    ratio = d.get("predicted_over_measured")
+    return {"device": d["device"], "predicted_bytes": d["predicted_bytes"], "phase": d["phase"],
+            "measured_peak_bytes": d.get("measured_peak_bytes"), "predicted_over_measured": ratio,
+            "within": None if ratio is None else 1.0 <= ratio <= 1.05}
 
 
 def pipeline_breakdown(res: dict) -> dict | None:
@@ -293,6 +312,13 @@ def _gpu_lines(label: str, row: dict) -> list[str]:
              f"{'':22s} host dispatch per action: median {d.get('all_median') or 0:,.0f} us, mean "
              f"{d.get('all') or 0:,.0f} us, p10 {d.get('all_p10') or 0:,.0f} us (F {d.get('F') or 0:,.0f}, "
              f"B {d.get('B') or 0:,.0f}" + (f", I {d['I']:,.0f}, W {d['W']:,.0f}" if d.get("I") else "") + ")"]
+    mem = row.get("memory")
+    if mem:
+        peak, ratio = mem.get("measured_peak_bytes"), mem.get("predicted_over_measured")
+        lines.append(f"{'':22s} memory {mem['device']}: predicted {mem['predicted_bytes'] / 2**30:.2f} GiB "
+                     f"({mem['phase']}) / measured peak " + (f"{peak / 2**30:.2f} GiB = {ratio:.3f}"
+                                                           f"{'' if mem['within'] else '  OUTSIDE [1, 1.05]'}"
+                                                           if peak else "unknown"))
     if sw.get("bytes_out"):
         lines.append(f"{'':22s} swap {sw.get('standalone_gbps_out') or 0:.1f}/{sw.get('standalone_gbps_in') or 0:.1f}"
                      f" GB/s (in-run {sw.get('measured_gbps_out') or 0:.1f}/{sw.get('measured_gbps_in') or 0:.1f}, "

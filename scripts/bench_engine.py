@@ -9,6 +9,8 @@ CPU: measured iteration / simulated-from-measured-costs for 1F1B and Obscura, an
 host dispatch overhead per action. GPU: llama2-7b shapes with 16 layers (~1B params
 per stage at p=4), seq 4096, bf16; 1F1B, ZB-H1 (split backward), Obscura with
 swapping, Obscura with SO/SI as no-ops; swap GB/s each way, fraction hidden, per-stage peak vs the simulator,
+the memory check's predicted device peak beside the measured one (and whether measured <= predicted <= 1.05 x
+measured on every run),
 measured / one-GPU serial simulation and host dispatch per action for each run;
 --smi logs nvidia-smi clocks/power/throttle reasons beside the runs.
 """

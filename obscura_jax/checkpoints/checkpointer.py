@@ -7,6 +7,7 @@ from __future__ import annotations
 from obscura_jax.checkpoints.pipeline import PipelineCheckpointer, skip_damaged
 from obscura_jax.checkpoints.directory import DirectoryLock
 from obscura_jax.errors import RunError, error_line
+from obscura_jax.runtime.out_of_memory import DeviceOutOfMemory, detail_of, is_out_of_memory
 from obscura_jax.checkpoints.packed import PackedCheckpointer
 
 
@@ -46,6 +47,8 @@ def restore_with_fallback(ckpt, like: list, step: int, group) -> tuple[int | Non
         except RunError:
             raise
         except Exception as e:  # noqa: BLE001  a damaged step: every process falls back together
+            if is_out_of_memory(e):     # the device, not the step: no fallback
+                raise DeviceOutOfMemory(None, f"restoring checkpoint step {cand}", detail_of(e)) from None
             trees, failure = None, e
         failed = [f for f in group.gather("restore", None if failure is None else
                                           f"{type(failure).__name__}: {error_line(failure)}") if f]

@@ -106,7 +106,23 @@ def train_report(res: dict) -> str:
             shared_peaks[st["device"]] = st["device_peak_bytes"]
     for dev, peak in shared_peaks.items():
         out.append(f"memory_stats peak of shared device {dev}: {format_bytes(peak)}")
+    out += memory_lines(res.get("memory"))
     return "\n".join(out)
+
+
+def memory_lines(memory: dict | None) -> list[str]:
+    """Per device: the memory check's estimate (its peak phase and largest terms)
+    beside the allocator's limit and the measured peak, where they are known."""
+    out = []
+    for d in (memory or {}).get("devices", ()):
+        terms = sorted(((k, v) for k, v in d["terms"].items() if k != "allocator"), key=lambda kv: -kv[1])
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in terms[:3])
+        limit = f" of {format_bytes(d['limit_bytes'])} ({d['limit_source']})" if d["limit_bytes"] else ""
+        peak = (f"; measured peak {format_bytes(d['measured_peak_bytes'])} (predicted / measured "
+                f"{d['predicted_over_measured']:.3f})" if d.get("measured_peak_bytes") else "")
+        out.append(f"memory {d['device']}: predicted {format_bytes(d['predicted_bytes'])}{limit} at its "
+                   f"{d['phase']} ({parts}){peak}")
+    return out
 
 
 def stage_tables(res: dict) -> list[str]:

@@ -167,6 +167,7 @@ def summarize(out) -> dict:
         "costs": measured.to_json() if measured is not None else None,
         "timeline": out.timeline.to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
+        "memory": out.memory.to_json(out.device_peaks) if out.memory is not None else None,
     }
     # A device that runs stages the schedule puts on different pipeline devices (more
     # stages than devices, one GPU): the serial estimate. Not for a chunked schedule

@@ -18,6 +18,7 @@ from schedules.generators import check_pipeline_size
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
 from schedules.io import load_schedule
 from schedules.ir import Schedule, check_recompute_names
+from schedules.sizes import parse_bytes
 from schedules.validator import validate
 
 SWAP_MECHANISMS = ("device_put", "jit")
@@ -74,6 +75,8 @@ class RunConfig:
     data_parallel: int = 1             # each stage on a data x tensor mesh (obscura_jax.runtime.stage_mesh)
     tensor_parallel: int = 1
     data_across_processes: bool = False  # several processes: each holds data rows of every stage
+    device_memory: float | str | None = None  # bytes each device's allocator holds (e.g. "24GiB"); None: asked
+    force_memory: bool = False         # run even where the memory check says a device cannot hold it
 
     def __post_init__(self) -> None:
         if isinstance(self.schedule, os.PathLike):
@@ -121,6 +124,9 @@ class RunConfig:
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} is not divisible by --data-parallel "
                              f"{self.data_parallel} (each micro-batch splits over the data axis)")
         check_pipeline_size(self.stages, self.microbatches)
+        if self.device_memory is not None:
+            object.__setattr__(self, "device_memory", parse_bytes(self.device_memory, "--device-memory",
+                                                                  error=UsageError))
         check_recompute_names(self.adjusted_policy)
         if isinstance(self.policy, str):
             check_recompute_names(tuple(t.strip() for t in self.policy.split(",") if t.strip()))

@@ -35,6 +35,8 @@ from obscura_jax.observe.events import (EventRecorder, events_to_json, infer_ops
                                 merge_transfers, transfers_to_json)
 from obscura_jax.cli import interrupt
 from obscura_jax.runtime.executor import make_optimizer
+from obscura_jax.run.memory_check import RunMemory, device_name, device_peak
+from obscura_jax.runtime.out_of_memory import DeviceOutOfMemory, naming
 from obscura_jax.observe.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
 from obscura_jax.runtime.messages import order_digest, transfer_plan
 from obscura_jax.runtime.placement import Placement, place_schedule
@@ -84,6 +86,8 @@ class TrainOutcome:
     chart_step: int | None = None         # the step the timeline shows (obscura_jax.observe.step_time)
     chart_seconds: float | None = None    # its wall time: the run's measured iteration time
     transfers: list = field(default_factory=list)   # its stage-to-stage copies (events.MeasuredTransfer)
+    memory: RunMemory | None = None                  # the memory check's estimates (obscura_jax.run.memory_check)
+    device_peaks: dict = field(default_factory=dict)  # every process's devices: memory_stats peak bytes
 
     def stage_params(self) -> dict:
         """This process's stages' params (unit name -> tree), gathered to host: the
@@ -107,17 +111,16 @@ def identity_of(run: RunConfig, partition, schedule, group: ProcessGroup = SINGL
             "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel}}
 
 
-def _device_peak(device):
-    stats = device.memory_stats()
-    if not stats or "peak_bytes_in_use" not in stats:
-        return None
-    return int(stats["peak_bytes_in_use"])
-
-
 def _mesh_peak(mesh):
     """The highest peak over a stage mesh's devices (None where not reported)."""
-    peaks = [_device_peak(d) for d in mesh.devices if d.process_index == jax.process_index()]
+    peaks = [device_peak(d) for d in mesh.devices if d.process_index == jax.process_index()]
     return None if any(p is None for p in peaks) else max(peaks)
+
+
+def _local_devices(pipe) -> dict:
+    """This process's devices of the run, by name."""
+    return {device_name(d): d for s in range(pipe.schedule.num_stages) for d in pipe.placement.mesh(s).devices
+            if d.process_index == jax.process_index()}
 
 
 def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
@@ -137,9 +140,14 @@ def train(run: RunConfig, placement_fn, *, progress: bool = False, log=print,
             outcome.before_resume = metrics.start(outcome.start_step)
         interrupt.raise_if_requested()
         if run.measure_costs:
-            _measure(outcome, group)
-        recorded, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics,
-                                         xla_profile)
+            with naming("the cost measurement"):
+                _measure(outcome, group)
+            outcome.memory.verify(outcome.pipeline)     # again in the issue order the costs gave
+        with naming("a step's programs"):
+            recorded, peak_live = _run_steps(outcome, data, ckpt, identity, group, progress, metrics,
+                                             xla_profile)
+    except DeviceOutOfMemory as e:    # its device's estimate beside its limit
+        raise outcome.memory.explain(e) from None
     finally:
         if metrics is not None:
             metrics.close()
@@ -162,6 +170,9 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
     shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
     data = open_data(run.data, model_vocab=cfg.vocab_size, seed=run.seed, dtype=run.data_dtype)
     optimizer = make_optimizer(run.optimizer, run.learning_rate, run.weight_decay)
+    order = plan_issue_order(run, schedule) or schedules.issue_order(schedule)
+    memory = RunMemory(run, cfg, schedule, partition, placement, group, optimizer, order)
+    memory.verify()                     # before compiling: traced figures, within seconds
     identity = identity_of(run, partition, schedule, group)
     ckpt = open_checkpointer(run.checkpoint_dir, run.resume, group) if run.checkpoint_dir else None
     try:
@@ -172,15 +183,16 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         if start is not None and start >= run.steps:
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")
-        pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer,
-                              plan_issue_order(run, schedule) or schedules.issue_order(schedule),
-                              swap_mechanism=run.swap_mechanism,
-                              swap_enabled=run.swap_enabled, group=group)
+        with naming("compiling the stage programs"):
+            pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer, order,
+                                  swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group)
+            memory.verify(pipe)         # XLA's own sizes, before any array is placed
         # before any transfer between processes
         check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
-        pipe.executor.transport.warm_up()
-        states = pipe.init_state(run.seed)
-        outcome = TrainOutcome(run, pipe, states)
+        with naming("placing the stages' parameters"):
+            pipe.executor.transport.warm_up()
+            states = pipe.init_state(run.seed)
+        outcome = TrainOutcome(run, pipe, states, memory=memory)
         if start is not None:
             start, trees = restore_with_fallback(ckpt, _trees(states), start, group)
         if start is not None:
@@ -190,9 +202,11 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
             outcome.start_step = start
             if group.is_leader:
                 log(f"resumed from {ckpt.directory} at step {start}")
-    except BaseException:
+    except BaseException as e:
         if ckpt is not None:
             ckpt.close()
+        if isinstance(e, DeviceOutOfMemory):
+            raise memory.explain(e) from None
         raise
     group.progress("set-up")
     return outcome, data, ckpt, identity
@@ -355,12 +369,14 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})
     off = group.clock_offset
     step_clock = None if chart is None else [chart.start + off, chart.actions_done + off, chart.end + off]
-    facts = group.gather("stage_facts", {"stages": mine, "dispatch": outcome.dispatch,
+    peaks = {name: device_peak(d) for name, d in _local_devices(pipe).items()}
+    facts = group.gather("stage_facts", {"stages": mine, "dispatch": outcome.dispatch, "device_peaks": peaks,
                                          "swap": vars(pipe.executor.swap.counters).copy(),
                                          "step_clock": step_clock,
                                          "events": events_to_json(chart.events, off) if chart else [],
                                          "transfers": transfers_to_json(chart.transfers, off) if chart else []})
     outcome.stage_facts = sorted((row for f in facts for row in f["stages"]), key=lambda r: r["stage"])
+    outcome.device_peaks = {k: v for f in facts for k, v in f["device_peaks"].items()}
     outcome.dispatch = {}
     outcome.swap_counters = {}
     for f in facts:

@@ -31,6 +31,7 @@ import optax
 
 from obscura_jax.errors import RunError
 from obscura_jax.runtime.messages import device_rows, message_routes
+from obscura_jax.runtime.out_of_memory import naming
 from obscura_jax.runtime.stage_program import StageProgram
 from obscura_jax.runtime.swap import HostSwap
 from obscura_jax.runtime.transport import Transport
@@ -243,8 +244,9 @@ class PipelineExecutor:
         if not self._update:
             raise ValueError("init_state() compiles the optimizer steps: call it first")
         for s, update in self._update.items():
-            st = states[s]
-            st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
+            st, device = states[s], self.devices[s]
+            with naming(f"the optimizer step of stage {s}", f"{device.platform}:{device.id}"):
+                st.params, st.opt_state, st.grads = update(st.params, st.opt_state, st.grads)
 
     def run_actions(self, states: list, tokens, targets, recorder=None,
                     track_memory: bool = False) -> IterationResult:

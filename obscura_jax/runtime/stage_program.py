@@ -92,6 +92,16 @@ def _temp_bytes(compiled) -> int:
         return 0
 
 
+def memory_of(compiled) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program: temp, output and alias bytes
+    (zeros where the backend reports none)."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # not every backend implements memory analysis
+        stats = None
+    return {key: int(getattr(stats, f"{key}_size_in_bytes", 0) or 0) for key in ("temp", "output", "alias")}
+
+
 def _plain(x) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
@@ -340,6 +350,13 @@ class StageProgram(DataShards):
         self._check_on_device(held, "W")
         self.compile_split()
         return self._bwd_weight(params, held.leaves, dy, grad_acc)
+
+    def program_memory(self) -> dict[str, dict[str, int]]:
+        """XLA's memory analysis of each compiled program, by action kind ("F", "B",
+        "I", "W"): temp, output and alias bytes per device (what the memory check,
+        obscura_jax.run.stage_bytes, counts beside the residuals)."""
+        programs = {"F": self._fwd, "B": self._bwd, "I": self._bwd_input, "W": self._bwd_weight}
+        return {kind: memory_of(c) for kind, c in programs.items() if c is not None}
 
     def _check_on_device(self, residuals: Residuals, what: str) -> None:
         if residuals.host_slots:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 from obscura_jax.cli import interrupt
+from obscura_jax.runtime import out_of_memory
 from obscura_jax.runtime.transport import StepAborted
 from schedules.ir import Action, Kind
 
@@ -69,16 +70,26 @@ class StageWorker:
     def run(self) -> None:
         clock = time.perf_counter
         recorder = self.ctx.recorder
+        inject = out_of_memory.injected_setting()
         in_flight: collections.deque = collections.deque()
         for action in self.row:
             if len(in_flight) >= MAX_AHEAD:
-                _wait_ready(in_flight.popleft())
+                done, arrays = in_flight.popleft()
+                with self._naming(done):
+                    _wait_ready(arrays)
             t0 = clock()
-            produced = self.issue(action)
+            with self._naming(action):
+                out_of_memory.maybe_inject(action, inject)
+                produced = self.issue(action)
             self.dispatch[action.kind.value].append(clock() - t0)
-            in_flight.append(produced)
+            in_flight.append((action, produced))
             if recorder is not None:
                 recorder.issued(action, produced, t0)
+
+    def _naming(self, action: Action):
+        """An out-of-memory while issuing (or waiting for) `action`, named: its device and program."""
+        device = self.ctx.programs[action.stage].device
+        return out_of_memory.naming(out_of_memory.action_text(action), f"{device.platform}:{device.id}")
 
     def issue(self, action: Action) -> tuple:
         """Dispatch one action; returns the arrays that are ready when it is done."""

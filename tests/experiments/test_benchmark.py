@@ -30,6 +30,11 @@ def test_busy_window_keeps_busy_samples_inside_the_window(tmp_path):
     assert busy_window(tmp_path / "missing.csv", t0, t0 + 1) is None
 
 
+BASE_ROW = {"iteration_time": 1.30, "simulated_serial_time": 1.25, "measured_over_serial_simulation": 1.04,
+            "device_peak_bytes": 2**36, "simulated_peak_sum": 2**35, "swap": {"bytes_out": 0},
+            "dispatch_us": {"all_median": 14000.0}}
+
+
 def test_gpu_lines_give_the_serial_ratio_dispatch_and_clocks():
     row = {"iteration_time": 1.30, "simulated_serial_time": 1.25, "measured_over_serial_simulation": 1.04,
            "device_peak_bytes": 2**36, "simulated_peak_sum": 2**35, "swap": {"bytes_out": 0},
@@ -37,6 +42,24 @@ def test_gpu_lines_give_the_serial_ratio_dispatch_and_clocks():
            "gpu_clocks": {"sm_clock_mhz": 1500, "power_w": 700, "throttle_reasons": ["0x4"], "busy_samples": 9}}
     text = "\n".join(_gpu_lines("1f1b", row))
     assert "= 1.040" in text and "median 14,000 us" in text and "SM clock median 1500 MHz" in text
+
+
+def test_memory_row_puts_the_checked_estimate_beside_the_measured_peak():
+    """Each run's JSON `memory` (the estimate `train` checks) on its fullest device,
+    beside memory_stats' peak; within means measured <= predicted <= 1.05 x measured."""
+    from experiments.benchmark import memory_row
+    dev = lambda name, p, m: {"device": name, "predicted_bytes": p, "phase": "steps",  # noqa: E731
+                              "measured_peak_bytes": m, "predicted_over_measured": p / m if m else None}
+    res = {"memory": {"devices": [dev("gpu:0", 103 * 2**30, 100 * 2**30), dev("gpu:1", 1.0, 1.0)]}}
+    row = memory_row(res)
+    assert row["device"] == "gpu:0" and row["within"] and row["predicted_over_measured"] == 1.03
+    line = "\n".join(_gpu_lines("zb_h1", {**BASE_ROW, "memory": row}))
+    assert "memory gpu:0: predicted 103.00 GiB (steps) / measured peak 100.00 GiB = 1.030" in line
+    res["memory"]["devices"][0]["predicted_over_measured"] = 0.99
+    assert memory_row(res)["within"] is False
+    assert "OUTSIDE [1, 1.05]" in "\n".join(_gpu_lines("zb_h1", {**BASE_ROW, "memory": memory_row(res)}))
+    assert memory_row({"memory": None}) is None
+    assert memory_row({"memory": {"devices": [dev("cpu:0", 5.0, None)]}})["within"] is None
 
 
 def test_breakdown_of_the_h200_power_cap_run():

@@ -89,6 +89,16 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost-reps", type=int, default=3,
                    help="repetitions when timing each stage for the simulator (default 3)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
+    add_memory_args(g)
+
+
+def add_memory_args(g) -> None:
+    """The memory check's limit and its override (docs/cli.md, "Device memory")."""
+    g.add_argument("--device-memory", default=None, metavar="SIZE",
+                   help="bytes each device's allocator holds, e.g. 24GiB: the memory check's limit (default: "
+                        "the device's memory_stats; none on CPU: unchecked)")
+    g.add_argument("--force", action="store_true",
+                   help="run even where the memory check says a device cannot hold the run")
 
 
 def add_layout_args(g) -> None:
@@ -225,7 +235,8 @@ def run_config(args, **overrides) -> RunConfig:
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides), data_parallel=_given(args, "data_parallel", 1),
         tensor_parallel=_given(args, "tensor_parallel", 1),
-        data_across_processes=getattr(args, "data_across_processes", False))
+        data_across_processes=getattr(args, "data_across_processes", False),
+        device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False))
     kw.update(overrides)
     return RunConfig(**kw)
 

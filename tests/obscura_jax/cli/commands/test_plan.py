@@ -230,3 +230,29 @@ def test_a_micro_batch_that_does_not_split_is_rescaled_and_said(capsys, tmp_path
     assert "an estimate" in out and "planned at micro-batch 2" in out
     plan = load_plan(tmp_path / "p.json")
     assert plan.source.micro_batch == 2 and plan.layout == (2, 1)
+
+
+def test_a_profile_with_scratch_is_counted_without_reserve_and_without_the_note(capsys, tmp_path):
+    """`obscura plan` on a profile recording each unit's XLA scratch: every stage's
+    predicted peak carries its units' scratch (the same plan otherwise: nothing to
+    choose with the search's options off and room to spare), with no --reserve and
+    no note; the profile without it prints the note."""
+    from dataclasses import replace
+
+    from planner.costs import stage_scratch
+    old = synthetic_profile(num_layers=8)
+    scratch = {"embed": 1e5, "attn": 3e5, "mlp": 7e5, "head": 2e6}
+    new = replace(old, units=tuple((k, replace(u, scratch_bytes=scratch[k])) for k, u in old.units))
+    plans = {}
+    for name, prof in (("without", old), ("with", new)):
+        save_profile(prof, tmp_path / f"{name}.json")
+        rc, out, err = run(capsys, "plan", "--profile", tmp_path / f"{name}.json", "--stages", 4, "--microbatches",
+                           8, "--memory-limit", "10GiB", "--no-cmb", "--no-swap", "--no-partition", "--no-ip",
+                           "--no-families", "--json", tmp_path / f"{name}_plan.json")
+        assert rc == 0, err
+        assert ("records no XLA scratch" in out) == (name == "without"), out
+        plans[name] = load_plan(tmp_path / f"{name}_plan.json")
+    for before, after in zip(plans["without"].stages, plans["with"].stages):
+        assert before.units == after.units
+        assert after.predicted_peak_bytes - before.predicted_peak_bytes == pytest.approx(
+            stage_scratch(new, tuple(after.units)), abs=1)
