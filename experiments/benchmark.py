@@ -166,7 +166,8 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
             "--seq-len", str(seq_len), "--steps", str(steps), "--warmup-steps", "2", "--no-progress"]
     swap = ["--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "2", "--swap-fraction", "0.5"]
-    runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"]}
+    runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"],
+            "zb_v": base + ["--schedule", "zb-v"]}
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
@@ -241,7 +242,7 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
                "gpu_clocks": clocks.window(*windows[label]) if clocks is not None else None,
                "breakdown": pipeline_breakdown(res),
                "device_peak_bytes": max((st["device_peak_bytes"] or 0) for st in res["stages"]) or None,
-               "stages": [{k: st.get(k) for k in ("units", "policy", "param_bytes", "weight_bytes",
+               "stages": [{k: st.get(k) for k in ("units", "pipeline_device", "policy", "param_bytes", "weight_bytes",
                                                  "residual_bytes_per_microbatch", "accounted_peak_bytes",
                                                  "simulated_peak_bytes", "peak_activation_bytes")}
                           for st in res["stages"]],
@@ -255,10 +256,47 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
     for label, row in summary["runs"].items():
         for line in _gpu_lines(label, row):
             log(line)
+    summary["zero_bubble"] = zero_bubble_rows(summary["runs"])
+    for label, z in summary["zero_bubble"].items():
+        log(f"{label} / 1f1b: largest accounted peak {z['peak_ratio']:.3f}x ({z['peak_bytes'] / 2**30:.2f} vs "
+            f"{z['base_peak_bytes'] / 2**30:.2f} GiB, per {z['per']}), iteration {z['time_ratio']:.3f}x")
+    write_json_atomic(out / "bench_gpu.json", summary)
     checked = [row["memory"]["within"] for row in summary["runs"].values() if row["memory"]]
     if checked and None not in checked:
         log(f"memory check: measured <= predicted <= 1.05 x measured on every run: {'yes' if all(checked) else 'NO'}")
     return summary
+
+
+def largest_peak(stages: list[dict]) -> tuple[float, str]:
+    """(bytes, 'stage' or 'device') of a run's largest accounted peak (weights + the
+    ledger's activations and inbox + XLA scratch, the run's own count): per stage when
+    each device runs one, else per pipeline device as the sum of its stages' peaks
+    (at most that: the stages' peaks need not coincide)."""
+    by_device: dict[int, float] = {}
+    for st in stages:
+        d = st.get("pipeline_device", 0)
+        by_device[d] = by_device.get(d, 0.0) + st["accounted_peak_bytes"]
+    if len(by_device) == len(stages):
+        return max(st["accounted_peak_bytes"] for st in stages), "stage"
+    return max(by_device.values()), "device (its stages' peaks summed)"
+
+
+def zero_bubble_rows(runs: dict) -> dict:
+    """Each zero-bubble run against 1F1B on the same devices: its largest accounted
+    peak and its iteration time over 1F1B's."""
+    base = runs.get("1f1b")
+    if not base or not base.get("stages"):
+        return {}
+    base_peak, _ = largest_peak(base["stages"])
+    out = {}
+    for label in ("zb_h1", "zb_v"):
+        row = runs.get(label)
+        if not row or not row.get("stages"):
+            continue
+        peak, per = largest_peak(row["stages"])
+        out[label] = {"peak_bytes": peak, "base_peak_bytes": base_peak, "peak_ratio": peak / base_peak, "per": per,
+                      "time_ratio": row["iteration_time"] / base["iteration_time"]}
+    return out
 
 
 def memory_row(res: dict) -> dict | None:

@@ -89,3 +89,18 @@ def test_gpu_mode_runs_zb_h1_beside_1f1b_and_breaks_down_its_split_backward():
     b = pipeline_breakdown(res)
     assert b["F_pipeline_over_standalone"] == 1.0 and b["B_pipeline_over_standalone"] == 3.0 / 2.5
     assert b["compute_seconds"] == 4.0 and b["idle_seconds"] == 1.0
+
+
+def test_zero_bubble_rows_compare_largest_peaks_per_stage_or_device():
+    from experiments.benchmark import zero_bubble_rows
+    one = [{"pipeline_device": d, "accounted_peak_bytes": b} for d, b in enumerate((40.0, 30.0, 20.0, 10.0))]
+    runs = {"1f1b": {"iteration_time": 1.0, "stages": one},
+            "zb_h1": {"iteration_time": 1.01, "stages": [{**st, "accounted_peak_bytes": 41.0 - 10 * i}
+                                                       for i, st in enumerate(one)]},
+            "zb_v": {"iteration_time": 0.9, "stages": [{"pipeline_device": d, "accounted_peak_bytes": 19.0}
+                                                      for d in (0, 1, 2, 3, 3, 2, 1, 0)]}}
+    z = zero_bubble_rows(runs)
+    assert z["zb_h1"]["peak_ratio"] == pytest.approx(41 / 40) and z["zb_h1"]["per"] == "stage"
+    assert z["zb_v"]["peak_ratio"] == pytest.approx(38 / 40) and z["zb_v"]["per"].startswith("device")
+    assert z["zb_v"]["time_ratio"] == pytest.approx(0.9)
+    assert zero_bubble_rows({"zb_h1": runs["zb_h1"]}) == {}
