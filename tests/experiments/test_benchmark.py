@@ -3,6 +3,8 @@ samples of a run's time window, medians and throttle reasons; and the lines it p
 for a GPU run (measured / one-GPU serial simulation, dispatch per action, clocks)."""
 from datetime import datetime
 
+import pytest
+
 from experiments.benchmark import _gpu_lines, busy_window
 
 HEADER = ("timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, "
