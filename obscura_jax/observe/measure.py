@@ -148,8 +148,12 @@ def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTim
     """Steady-state seconds of the split backward's I and W programs on the same
     residuals (`grads`: a one-element list holding the donated accumulator)."""
     prog.compile_split()
-    t_i = timing.time(lambda: [prog.input_grad(params, res, dy)[2]], False)
-    _, held, _ = _wait(prog.input_grad(params, res, dy))
+
+    def input_grad():
+        grads[0], _, held, done = prog.input_grad(params, res, dy, grads[0])   # grads donated
+        return [done, grads[0]]
+    t_i = timing.time(input_grad, False)
+    grads[0], _, held, _ = _wait(prog.input_grad(params, res, dy, grads[0]))
 
     def weight():
         grads[0], done = prog.weight_grad(params, held, dy, grads[0])
