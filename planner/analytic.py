@@ -140,6 +140,7 @@ def analytic_profile(cfg: ModelConfig, seq_len: int, micro_batch: int, device: s
     act = info.op_act_bytes(traced, seq_len, micro_batch)
     mm, attn, mem = spec.matmul_flops, spec.flash_attention_flops, spec.hbm_bandwidth
     units = {}
+    at_once = head_weight_grad_at_once(cfg, seq_len, micro_batch)
     for kind in ("embed", "attn", "mlp", "head"):
         ops, fwd, bwd = {}, 0.0, 0.0
         for op in models.unit_ops(cfg.family, kind):
@@ -157,7 +158,9 @@ def analytic_profile(cfg: ModelConfig, seq_len: int, micro_batch: int, device: s
             loss = 2 * micro_batch * seq_len * cfg.vocab_size * 4 / mem
             fwd += loss
             bwd += loss
+        held = 0.0 if kind == "head" and at_once else float(weight_grad_bytes(cfg, kind, seq_len, micro_batch))
         units[kind] = UnitProfile(fwd, bwd, float(training_state_bytes(abstract_unit_params(cfg, kind))),
-                                  float(info.unit_input_bytes(traced, kind, seq_len, micro_batch)), ops)
+                                  float(info.unit_input_bytes(traced, kind, seq_len, micro_batch)), ops,
+                                  weight_grad_bytes=held)
     return Profile(cfg.name, f"analytic:{spec.name}", cfg.num_layers, seq_len, micro_batch,
                    spec.host_bandwidth, spec.p2p_bandwidth, spec.p2p_latency, units, cfg.family)
