@@ -112,6 +112,7 @@ def summarize(out) -> dict:
         "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
         "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
         "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
+        "weight_grad": run.weight_grad_options.to_json(),
         "devices": [str(d) for d in devices], "placement_note": pipe.placement.note,
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
         "steps": [s.step for s in logs], "losses": [s.loss for s in logs],

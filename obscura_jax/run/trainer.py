@@ -173,7 +173,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer,
                               plan_issue_order(run, schedule) or schedules.issue_order(schedule),
                               swap_mechanism=run.swap_mechanism,
-                              swap_enabled=run.swap_enabled, group=group)
+                              swap_enabled=run.swap_enabled, group=group, weight_grad=run.weight_grad_options)
         # before any transfer between processes
         check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
         pipe.executor.transport.warm_up()

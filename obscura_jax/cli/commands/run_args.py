@@ -81,6 +81,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="adamw weight decay, finite and >= 0 (default 0.01; adam and sgd take none)")
     g.add_argument("--warmup-steps", type=int, default=1,
                    help="steps excluded from the median iteration time (default 1)")
+    add_weight_grad_args(g)
     g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
                    help="how SO/SI move residuals (default device_put: overlaps on GPUs)")
     g.add_argument("--no-swap", action="store_true",
@@ -88,6 +89,17 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost-reps", type=int, default=3,
                    help="repetitions when timing each stage for the simulator (default 3)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on a terminal)")
+
+
+def add_weight_grad_args(g) -> None:
+    """What a split backward's W holds (docs/cli.md, W's held block between I and W)."""
+    g.add_argument("--weight-grad", default="hold", choices=("hold", "rederive"),
+                   help="a split backward's W (zb-*): hold = I hands W each weight matmul's input and output "
+                        "gradient; rederive = W keeps each unit's input and recomputes the matmul inputs (less "
+                        "held between I and W, a longer W) (default hold)")
+    g.add_argument("--head-weight-grad", default="auto", choices=("auto", "defer", "at-once"),
+                   help="the head's W: at-once = computed inside I, holding nothing; defer = a W like the others; "
+                        "auto = at once when it holds more bytes per FLOP than a layer's W (default auto)")
 
 
 def add_layout_args(g) -> None:
@@ -224,7 +236,8 @@ def run_config(args, **overrides) -> RunConfig:
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides), data_parallel=_given(args, "data_parallel", 1),
         tensor_parallel=_given(args, "tensor_parallel", 1),
-        data_across_processes=getattr(args, "data_across_processes", False))
+        data_across_processes=getattr(args, "data_across_processes", False),
+        weight_grad=getattr(args, "weight_grad", "hold"), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
     kw.update(overrides)
     return RunConfig(**kw)
 
