@@ -64,11 +64,12 @@ def _check_split_equals_fused(cfg, prog, unit_range, fused=None):
 
 
 # attn_3 mlp_3 head (the loss stage) under every preset, both models; the token stage
-# and a middle stage once: 14 compilations of B + I + W, 5 more of I + W re-derived
+# and a middle stage once: 14 compilations of B + I + W. Re-derived (3 more of I + W):
+# from the forward's values (none), through I's recompute (full), from a whole
+# layer's input (layer); the zero-bubble families train with it in the numerics tests
 CASES = ([(m, (7, 10), pol) for m in ("llama2-tiny", "gpt3-tiny") for pol in PRESETS]
          + [("llama2-tiny", (0, 3), "none"), ("gpt3-tiny", (1, 5), "full")])
-REDERIVED = {("llama2-tiny", "none"), ("llama2-tiny", "full"), ("llama2-tiny", "layer"), ("gpt3-tiny", "none"),
-             ("gpt3-tiny", "layer")}
+REDERIVED = {("llama2-tiny", "none"), ("llama2-tiny", "full"), ("gpt3-tiny", "layer")}
 
 
 @pytest.mark.parametrize("model,unit_range,policy", CASES)
