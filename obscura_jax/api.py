@@ -34,6 +34,7 @@ from obscura_jax.observe.measure import CostTiming, StageTiming, time_stage, tim
 from obscura_jax.runtime.placement import Placement, place_stages
 from obscura_jax.observe.report import train_report
 from obscura_jax.run.run_config import RunConfig
+from obscura_jax.runtime.weight_grad import WeightGrad
 from obscura_jax.observe.summary import measured_with_recompute
 from obscura_jax.profiling import profiler
 from schedules.timeline import Timeline
@@ -172,13 +173,15 @@ def profile_model(model, seq_len: int, micro_batch: int = 1, *, reps: int = 5, o
 def make_pipeline(model, schedule, *, partition=None, policy="none", micro_batch_size: int = 2,
                   seq_len: int = 64, optimizer: str = "adamw", learning_rate: float = 1e-3,
                   weight_decay: float = 0.01, devices=None, swap_mechanism: str = "device_put",
-                  swap_enabled: bool = True) -> Pipeline:
+                  swap_enabled: bool = True, weight_grad: str = "hold", head_weight_grad: str = "auto") -> Pipeline:
     """The engine's Pipeline for `model` (a registered name or a ModelConfig) and
     `schedule` (a Schedule, or a generator name run with its defaults on 4 stages
     and 8 micro-batches): the issue order comes from the schedule, the partition
     (default: the even split) and the batch shape (its micro-batch count) from the
     schedule and the model. `pipe.init_state(seed)` gives the stage states,
-    `pipe.executor.run_actions(states, tokens, targets)` runs one iteration."""
+    `pipe.executor.run_actions(states, tokens, targets)` runs one iteration.
+    `weight_grad` / `head_weight_grad`: a split backward's W (RunConfig's fields of
+    the same names, `--weight-grad` / `--head-weight-grad`)."""
     cfg = models.get_config(model) if isinstance(model, str) else model
     if isinstance(schedule, str):
         schedule = schedules.generate(schedule, 4, 8)
@@ -190,4 +193,4 @@ def make_pipeline(model, schedule, *, partition=None, policy="none", micro_batch
     return build_pipeline(cfg, schedule, partition, policy, placement, shape,
                           make_optimizer(optimizer, learning_rate, weight_decay),
                           schedules.issue_order(schedule), swap_mechanism=swap_mechanism,
-                          swap_enabled=swap_enabled)
+                          swap_enabled=swap_enabled, weight_grad=WeightGrad(weight_grad, head_weight_grad))

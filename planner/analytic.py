@@ -52,6 +52,73 @@ def _op_costs(cfg: ModelConfig, op: str, seq_len: int, micro_batch: int) -> tupl
     return 0.0, float(moved[op])
 
 
+# The built-in families' weight matmuls: the op naming a matmul's output -> the op
+# naming its input (mlp_down's is the family's gated product, else its activation).
+_MATMUL_INPUT = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "qkv": "attn_norm",
+                 "attn_proj": "attn_core", "mlp_gate": "mlp_norm", "mlp_up": "mlp_norm",
+                 "mlp_down": ("mlp_mul", "mlp_act"), "logits": "final_norm"}
+
+
+def _width(cfg: ModelConfig, op: str) -> int:
+    """Elements per token of an op's value (its last dimensions)."""
+    D, F, V = cfg.hidden, cfg.ffn_hidden, cfg.vocab_size
+    N, K, H = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    widths = {"attn_norm": D, "mlp_norm": D, "final_norm": D, "attn_core": N * H, "q": N * H, "k": K * H,
+              "v": K * H, "qkv": 3 * N * H, "attn_proj": D, "mlp_gate": F, "mlp_up": F, "mlp_act": F,
+              "mlp_mul": F, "mlp_down": D, "logits": V, "embed": D}
+    if op not in widths:
+        raise ProfileError(f"the analytic profile has no shape for op {op!r} of {cfg.name} ({cfg.family}): "
+                           "measure the model with `obscura profile` instead")
+    return widths[op]
+
+
+def _weight_matmuls(cfg: ModelConfig, kind: str) -> tuple[list[str], set[str]]:
+    """(the ops naming the unit's weight matmuls' outputs, the ops naming their inputs)."""
+    ops = models.unit_ops(cfg.family, kind)
+    outs = [o for o in ops if o in _MATMUL_INPUT]
+    ins = set()
+    for o in outs:
+        src = _MATMUL_INPUT[o]
+        ins.add(src if isinstance(src, str) else next(s for s in src if s in ops))
+    return outs, ins
+
+
+def weight_grad_bytes(cfg: ModelConfig, kind: str, seq_len: int, micro_batch: int) -> int:
+    """What a unit's W holds from its I at least (the engine's split backward holds
+    exactly this, obscura_jax/runtime/backward_split.py): each weight matmul's output
+    cotangent and each distinct input (q, k and v share one; gate and up one), in the
+    compute dtype. The embedding's W reads its token ids and output cotangent."""
+    tokens, c = seq_len * micro_batch, cfg.compute_bytes
+    if kind == "embed":
+        return tokens * 4 + tokens * _width(cfg, "embed") * c
+    outs, ins = _weight_matmuls(cfg, kind)
+    return tokens * c * sum(_width(cfg, op) for op in outs + sorted(ins))
+
+
+def weight_grad_flops(cfg: ModelConfig, kind: str, seq_len: int, micro_batch: int) -> float:
+    """FLOPs of a unit's W: one matmul per weight matmul of its forward (x^T dy)."""
+    return sum(_op_costs(cfg, op, seq_len, micro_batch)[0] for op in _weight_matmuls(cfg, kind)[0])
+
+
+def head_weight_grad_at_once(cfg: ModelConfig, seq_len: int, micro_batch: int) -> bool:
+    """The runtime's rule for the head's W (docs/formats.md, `weight_grad_bytes`):
+    computed at once, inside I, when it holds more bytes per FLOP of W than a
+    transformer layer does: deferring it would fill a bubble at a higher memory price
+    than any layer's W. Both scale with the tokens, so only the shapes decide (the
+    head's 1/h + 1/V against about 1.33/h for Llama-2's layer: at once when the
+    vocabulary is under about 3x the hidden size). False for a family whose ops the
+    analytic shapes do not know."""
+    try:
+        head = weight_grad_bytes(cfg, "head", seq_len, micro_batch) / weight_grad_flops(cfg, "head", seq_len,
+                                                                                         micro_batch)
+        kinds = models.get_family(cfg.family).layer_kinds
+        layer = (sum(weight_grad_bytes(cfg, k, seq_len, micro_batch) for k in kinds)
+                 / sum(weight_grad_flops(cfg, k, seq_len, micro_batch) for k in kinds))
+    except (ProfileError, ZeroDivisionError):
+        return False
+    return head > layer
+
+
 def adamw_state_bytes(params) -> int:
     """Bytes of optax adamw's state for `params` (abstract shapes; nothing allocated)."""
     return tree_bytes(jax.eval_shape(optax.adamw(1e-3).init, params))
@@ -73,6 +140,7 @@ def analytic_profile(cfg: ModelConfig, seq_len: int, micro_batch: int, device: s
     act = info.op_act_bytes(traced, seq_len, micro_batch)
     mm, attn, mem = spec.matmul_flops, spec.flash_attention_flops, spec.hbm_bandwidth
     units = {}
+    at_once = head_weight_grad_at_once(cfg, seq_len, micro_batch)
     for kind in ("embed", "attn", "mlp", "head"):
         ops, fwd, bwd = {}, 0.0, 0.0
         for op in models.unit_ops(cfg.family, kind):
@@ -90,7 +158,9 @@ def analytic_profile(cfg: ModelConfig, seq_len: int, micro_batch: int, device: s
             loss = 2 * micro_batch * seq_len * cfg.vocab_size * 4 / mem
             fwd += loss
             bwd += loss
+        held = 0.0 if kind == "head" and at_once else float(weight_grad_bytes(cfg, kind, seq_len, micro_batch))
         units[kind] = UnitProfile(fwd, bwd, float(training_state_bytes(abstract_unit_params(cfg, kind))),
-                                  float(info.unit_input_bytes(traced, kind, seq_len, micro_batch)), ops)
+                                  float(info.unit_input_bytes(traced, kind, seq_len, micro_batch)), ops,
+                                  weight_grad_bytes=held)
     return Profile(cfg.name, f"analytic:{spec.name}", cfg.num_layers, seq_len, micro_batch,
                    spec.host_bandwidth, spec.p2p_bandwidth, spec.p2p_latency, units, cfg.family)

@@ -203,20 +203,35 @@ def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
     )
 
 
-def split_backward(profile: Profile, views: Sequence[StageView]) -> dict:
+WEIGHT_GRAD_FIELDS = {"hold": ("weight_grad_time", "weight_grad_bytes"),
+                      "rederive": ("weight_grad_rederive_time", "weight_grad_rederive_bytes")}
+
+
+def split_backward(profile: Profile, views: Sequence[StageView], weight_grad: str = "hold") -> dict:
     """StageCosts' input_grad / weight_grad per stage, summed over its units, when
-    every unit kind of the profile has measured I and W times; {} otherwise (the
-    simulator then prices I = W = bwd / 2). With every unit's weight_grad_bytes,
-    also weight_grad_held: what a W holds from its I is its units' (the same under
-    any recompute set: W reads each weight op's input and output cotangent, kept or
-    recomputed once in I)."""
+    every unit kind of the profile has measured I and W times; only weight_grad_held
+    without them, when every unit has its W bytes (an analytic profile); {} with
+    neither (the simulator then prices I = W = bwd / 2 and a W holding the block).
+    weight_grad_held: what a W holds from its I is its units' (the same under any
+    recompute set: W reads each weight matmul's input and output cotangent, kept or
+    recomputed once in I). `weight_grad`: "hold", or "rederive" for a W that
+    re-derives its inputs (`--weight-grad rederive`): its own time and bytes, which a
+    profile must have for every unit (I is the same)."""
+    if weight_grad not in WEIGHT_GRAD_FIELDS:
+        raise PlanError(f"weight_grad must be one of {', '.join(WEIGHT_GRAD_FIELDS)}, got {weight_grad!r}")
+    time_key, bytes_key = WEIGHT_GRAD_FIELDS[weight_grad]
     units = [u for _, u in profile.units]
-    if any(u.input_grad_time is None or u.weight_grad_time is None for u in units):
-        return {}
-    out = {"input_grad": tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views),
-           "weight_grad": tuple(sum(profile.unit(k).weight_grad_time for k in v.kinds) for v in views)}
-    if all(u.weight_grad_bytes for u in units):
-        out["weight_grad_held"] = tuple(sum(profile.unit(k).weight_grad_bytes for k in v.kinds) for v in views)
+    if weight_grad == "rederive":
+        missing = [k for k, u in profile.units if getattr(u, time_key) is None or getattr(u, bytes_key) is None]
+        if missing:
+            raise PlanError(f"the profile has no {time_key} / {bytes_key} for unit {missing[0]!r} (written by "
+                            "`obscura profile` since --weight-grad rederive exists): profile the model again")
+    out = {}
+    if all(u.input_grad_time is not None and getattr(u, time_key) is not None for u in units):
+        out["input_grad"] = tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views)
+        out["weight_grad"] = tuple(sum(getattr(profile.unit(k), time_key) for k in v.kinds) for v in views)
+    if all(getattr(u, bytes_key) is not None for u in units):
+        out["weight_grad_held"] = tuple(sum(getattr(profile.unit(k), bytes_key) for k in v.kinds) for v in views)
     return out
 
 

@@ -20,12 +20,17 @@ forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
 
 Optional per unit (absent in profiles written before them, which load unchanged):
 `input_grad_time` and `weight_grad_time`, the split backward's I and W as the
-engine runs them (I: the cotangent chain and any recompute; W: only the weight
-gradients, obscura_jax.runtime.backward_split), and `weight_grad_bytes`, what a W holds
-from the end of its I per micro-batch: each weight-bearing op's input and output
-cotangent (the unit's output gradient included when W reads it). Without them a
-split backward is priced I = W = bwd_time / 2 and a W holds the whole block until
-it ends (schedules.costs' defaults).
+engine runs them (I: the cotangent chain, any recompute and the small gradients'
+reductions; W: only the weight matmuls, obscura_jax.runtime.backward_split), and
+`weight_grad_bytes`, what a W holds from the end of its I per micro-batch: each
+weight matmul's input and output cotangent in the compute dtype, an input shared by
+several matmuls once (the unit's output gradient included when W reads it); a unit
+whose W the runtime computes at once (the head, by obscura_jax.runtime.weight_grad's
+rule) records 0 and its W in `input_grad_time`. `weight_grad_rederive_time` and
+`weight_grad_rederive_bytes`: the same W when it re-derives its inputs from the
+unit's input (`--weight-grad rederive`): longer, holding the output cotangents and
+the unit's input. Without them a split backward is priced I = W = bwd_time / 2 and a
+W holds the whole block until it ends (schedules.costs' defaults).
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
 _OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
-                       "scratch_bytes")
+                       "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
@@ -107,6 +112,8 @@ class UnitProfile:
     weight_grad_time: float | None = None     # W of the split backward (None: bwd_time / 2)
     weight_grad_bytes: float | None = None    # what a W holds from its I: weight ops' inputs + output cotangents
     scratch_bytes: float | None = None        # XLA scratch (temp buffers) of its programs; None: not measured (0)
+    weight_grad_rederive_time: float | None = None   # W that re-derives its inputs (--weight-grad rederive)
+    weight_grad_rederive_bytes: float | None = None  # what that W holds: output cotangents + the unit's input
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):

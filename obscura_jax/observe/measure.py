@@ -37,6 +37,7 @@ from obscura_jax.run.data import BatchShape
 from obscura_jax.runtime.pipeline import Pipeline, build_program
 from obscura_jax.runtime.stage_program import Residuals, StageProgram
 from obscura_jax.runtime.swap import HostSwap
+from obscura_jax.runtime.weight_grad import WeightGrad
 from obscura_jax.profiling.stopwatch import median_time, sample_times
 from schedules.costs import StageCosts
 from schedules.ir import Kind
@@ -103,7 +104,9 @@ class StageTiming:
     input_grad: float | None = None    # I of the split backward (timed when asked)
     weight_grad: float | None = None   # W of the split backward
     weight_grad_bytes: int = 0         # what a W holds from its I (dy apart): inputs and output
-                                       # cotangents of the weight-bearing ops
+                                       # cotangents of the weight matmuls
+    weight_grad_rederive: float | None = None     # W when it re-derives its inputs (time_unit_program)
+    weight_grad_rederive_bytes: int | None = None  # what that W holds (as weight_grad_bytes)
     fwd_range: dict | None = None      # {"min", "median", "max"} over the samples (fwd is the median)
     bwd_range: dict | None = None
 
@@ -118,12 +121,10 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
                split: bool = False) -> StageTiming:
     """Steady-state forward and backward seconds of one program on its device; with
     `split`, also its I and W programs, each timed alone as the engine runs them."""
-    out_spec = prog.output_spec
-    dy = prog.loss_weight(1) if prog.returns_loss else _normal(out_spec, prog.batch_sharding, seed=1)
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
     fwd_samples = timing.spread(lambda: _arrays(prog.forward(*fwd_args)), first)
     t_fwd = statistics.median(fwd_samples)
-    _, res = _wait(prog.forward(*fwd_args))
+    res, dy = _split_inputs(prog, params, x, targets)
     grads = [prog.zero_grads(params)]
 
     def bwd():
@@ -148,8 +149,12 @@ def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTim
     """Steady-state seconds of the split backward's I and W programs on the same
     residuals (`grads`: a one-element list holding the donated accumulator)."""
     prog.compile_split()
-    t_i = timing.time(lambda: [prog.input_grad(params, res, dy)[2]], False)
-    _, held, _ = _wait(prog.input_grad(params, res, dy))
+
+    def input_grad():
+        grads[0], _, held, done = prog.input_grad(params, res, dy, grads[0])   # grads donated
+        return [done, grads[0]]
+    t_i = timing.time(input_grad, False)
+    grads[0], _, held, _ = _wait(prog.input_grad(params, res, dy, grads[0]))
 
     def weight():
         grads[0], done = prog.weight_grad(params, held, dy, grads[0])
@@ -157,15 +162,31 @@ def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTim
     return t_i, timing.time(weight, False)
 
 
-def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps: int) -> StageTiming:
-    """The engine's program for `unit_range` under `policy`, timed in steady state,
-    with its split backward's I and W: what obscura_jax.profiling.profiler.profile_model takes
-    as its `time_unit`."""
+def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps: int,
+                      split: bool = False) -> StageTiming:
+    """The engine's program for `unit_range` under `policy`, timed in steady state:
+    what obscura_jax.profiling.profiler.profile_model takes as its `time_unit`. With
+    `split`, also its split backward's I and W, the W that re-derives its inputs
+    (`--weight-grad rederive`, its own program) and what each W holds per micro-batch."""
     shape = BatchShape(1, x.shape[0], x.shape[1])
     prog = build_program(cfg, unit_range, policy, device, shape)
-    t = time_stage(prog, params, x, targets, CostTiming.for_device(device, reps), split=True)
+    timing = CostTiming.for_device(device, reps)
+    t = time_stage(prog, params, x, targets, timing, split=split)
+    if not split:
+        return t
+    again = build_program(cfg, unit_range, policy, device, shape, True, WeightGrad("rederive"))
+    res, dy = _split_inputs(again, params, x, targets)
+    _, t_rederive = time_split(again, params, res, dy, [again.zero_grads(params)], timing)
     # a unit's dy is, inside a stage, a cotangent its I computes: held when its W reads it
-    return replace(t, weight_grad_bytes=unit_weight_grad_bytes(prog))
+    return replace(t, weight_grad_bytes=unit_weight_grad_bytes(prog), weight_grad_rederive=t_rederive,
+                   weight_grad_rederive_bytes=unit_weight_grad_bytes(again))
+
+
+def _split_inputs(prog: StageProgram, params, x, targets):
+    """(residuals of one forward, dy) to time a program's backward on."""
+    dy = prog.loss_weight(1) if prog.returns_loss else _normal(prog.output_spec, prog.batch_sharding, seed=1)
+    _, res = _wait(prog.forward(params, x, targets) if prog.returns_loss else prog.forward(params, x))
+    return res, dy
 
 
 def unit_weight_grad_bytes(prog: StageProgram) -> int:

@@ -145,6 +145,7 @@ def summarize(out) -> dict:
         "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
         "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
         "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
+        "weight_grad": run.weight_grad_options.to_json(),
         "devices": [device_name(d, pipe.group.size) for d in devices], "placement_note": pipe.placement.note,
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
         **loss_curve(out),

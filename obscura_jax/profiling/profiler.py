@@ -34,11 +34,12 @@ split, the same residuals; the planner never imports the engine) and measures:
 
 `ops` restricts the offered recompute choices: other ops are always saved, and
 their bytes count as the unit's input_bytes (kept whatever is recomputed).
-A split backward (zero-bubble style): when `time_unit` also reports the unit's I
-and W (as obscura_jax.observe.measure.time_unit_program does: the engine's I and W
-programs, each timed alone over the same residuals), the unit records them as
-input_grad_time / weight_grad_time, and weight_grad_bytes, what a W keeps from its
-I (`split_fields`).
+A split backward (zero-bubble style): when `time_unit`, asked with `split=True` for
+the unit's own timing, also reports the unit's I and W (as
+obscura_jax.observe.measure.time_unit_program does: the engine's I and W programs,
+each timed alone over the same residuals), the unit records them as input_grad_time
+/ weight_grad_time, and weight_grad_bytes, what a W keeps from its I; with the W that
+re-derives its inputs also weight_grad_rederive_time / _bytes (`split_fields`).
 
 Bandwidths: host <-> device and device <-> device are timed with jax.device_put
 when the platform has a pinned-host memory / a second device; otherwise the
@@ -73,7 +74,8 @@ class UnitTiming(Protocol):
     temp_bytes: int
 
 
-# time_unit(cfg, unit_range, policy, device, params, x, targets, reps) -> UnitTiming
+# time_unit(cfg, unit_range, policy, device, params, x, targets, reps, split=False) -> UnitTiming;
+# `split`: also time the split backward (the unit's own timing; `split_fields` reads it)
 TimeUnit = Callable[..., UnitTiming]
 
 
@@ -135,7 +137,7 @@ def profile_model(cfg, seq_len: int, micro_batch: int, *, time_unit: TimeUnit, r
             run.residuals[(kind, j)] = size
         params = jax.device_put(models.init_params(cfg, 0, unit_range), device)
         x, targets = _inputs(cfg, kind, seq_len, micro_batch, device)
-        timing = time_unit(cfg, unit_range, policies[-1], device, params, x, targets, reps)
+        timing = time_unit(cfg, unit_range, policies[-1], device, params, x, targets, reps, split=True)
         if timing.residual_bytes != sizes[-1]:
             run.notes.append(f"{kind}: engine residual {timing.residual_bytes} B != traced {sizes[-1]} B")
         # Time the backward only where saving one more op changes the residuals:
@@ -192,8 +194,12 @@ def split_fields(timing) -> dict:
     i, w = getattr(timing, "input_grad", None), getattr(timing, "weight_grad", None)
     if i is None or w is None:
         return {}
-    return {"input_grad_time": float(i), "weight_grad_time": float(w),
-            "weight_grad_bytes": float(getattr(timing, "weight_grad_bytes", 0) or 0)}
+    out = {"input_grad_time": float(i), "weight_grad_time": float(w),
+           "weight_grad_bytes": float(getattr(timing, "weight_grad_bytes", 0) or 0)}
+    rederive, held = getattr(timing, "weight_grad_rederive", None), getattr(timing, "weight_grad_rederive_bytes", None)
+    if rederive is not None and held is not None:
+        out.update(weight_grad_rederive_time=float(rederive), weight_grad_rederive_bytes=float(held))
+    return out
 
 
 LAYER_SPAN = 5   # layers per timed program for the layer recompute (see _layer_recompute)

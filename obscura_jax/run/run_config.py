@@ -13,6 +13,7 @@ import schedules
 from obscura_jax.run import plan_run
 from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
+from obscura_jax.runtime.weight_grad import HEAD_WEIGHT_GRAD, WEIGHT_GRAD_MODES, WeightGrad
 from schedules.generators import check_pipeline_size
 
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
@@ -77,6 +78,8 @@ class RunConfig:
     data_across_processes: bool = False  # several processes: each holds data rows of every stage
     device_memory: float | str | None = None  # bytes each device's allocator holds (e.g. "24GiB"); None: asked
     force_memory: bool = False         # run even where the memory check says a device cannot hold it
+    weight_grad: str = "hold"          # a split backward's W: hold its inputs or rederive them
+    head_weight_grad: str = "auto"     # the head's W: auto | defer | at-once (obscura_jax.runtime.weight_grad)
 
     def __post_init__(self) -> None:
         if isinstance(self.schedule, os.PathLike):
@@ -123,6 +126,11 @@ class RunConfig:
         if self.micro_batch_size % self.data_parallel:
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} is not divisible by --data-parallel "
                              f"{self.data_parallel} (each micro-batch splits over the data axis)")
+        if self.weight_grad not in WEIGHT_GRAD_MODES:
+            raise UsageError(f"--weight-grad must be one of {', '.join(WEIGHT_GRAD_MODES)}, got {self.weight_grad!r}")
+        if self.head_weight_grad not in HEAD_WEIGHT_GRAD:
+            raise UsageError(f"--head-weight-grad must be one of {', '.join(HEAD_WEIGHT_GRAD)}, "
+                             f"got {self.head_weight_grad!r}")
         check_pipeline_size(self.stages, self.microbatches)
         if self.device_memory is not None:
             object.__setattr__(self, "device_memory", parse_bytes(self.device_memory, "--device-memory",
@@ -133,6 +141,10 @@ class RunConfig:
 
     def model_config(self):
         return models.get_config(self.model, **dict(self.model_overrides))
+
+    @property
+    def weight_grad_options(self) -> WeightGrad:
+        return WeightGrad(self.weight_grad, self.head_weight_grad)
 
     @property
     def layout(self) -> tuple[int, int]:

@@ -185,7 +185,8 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
                            f"nothing to do for --steps {run.steps}")
         with naming("compiling the stage programs"):
             pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer, order,
-                                  swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group)
+                                  swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group,
+                                  weight_grad=run.weight_grad_options)
             memory.verify(pipe)         # XLA's own sizes, before any array is placed
         # before any transfer between processes
         check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})

@@ -27,6 +27,7 @@ from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_program import StageProgram
 from obscura_jax.runtime.swap import HostSwap, host_memory_supported
 from obscura_jax.runtime.transport import Transport
+from obscura_jax.runtime.weight_grad import WeightGrad
 from planner.costs import check_partition
 from planner.errors import PlanError
 from schedules.ir import Kind, Schedule
@@ -51,11 +52,13 @@ def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]
 
 
 @functools.lru_cache(maxsize=256)
-def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool = False) -> StageProgram:
+def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool = False,
+                  weight_grad: WeightGrad = WeightGrad()) -> StageProgram:
     """Compiled stage program on `where` (a device or a StageMesh); cached, since
     programs are immutable once built and pipelines in one process (compare, tests)
     share most stages. `split`: a stage that runs I/W only (its fused backward
-    compiles on first use). 256: every family of the zoo trained on 4 devices of
+    compiles on first use); `weight_grad`: how its split backward's W gets its
+    inputs (obscura_jax.runtime.weight_grad). 256: every family of the zoo trained on 4 devices of
     one process, then two plans (tests/obscura_jax/command_matrix.py, gpt3-tiny),
     use 68 distinct programs (8-stage partitions of the chunked families, adjusted
     stages and their base-policy twins); 64 evicted 16, which were built again. A
@@ -71,7 +74,10 @@ def build_program(cfg, unit_range, policy, where, shape: BatchShape, split: bool
     return StageProgram(stage.apply, takes_tokens=stage.is_first, returns_loss=stage.is_last,
                         mesh=mesh, param_shardings=mesh.param_shardings(cfg, params_like),
                         params_like=params_like, x_like=x_like, targets_like=targets_like,
-                        name=f"stage units [{unit_range[0]},{unit_range[1]})", split=split)
+                        name=f"stage units [{unit_range[0]},{unit_range[1]})", split=split,
+                        weight_grad_mode=weight_grad.mode,
+                        at_once_units=weight_grad.at_once_units(cfg, unit_range, shape.seq_len,
+                                                                shape.micro_batch_size))
 
 
 def _abstract_stage_params(cfg, unit_range) -> dict:
@@ -139,12 +145,14 @@ class Pipeline:
                 "device": self.placement.mesh(s).describe(), "policy": self.policies[s].to_json(),
                 "adjusted": spec.adjusted, "swap_fraction": spec.swap_fraction,
                 "swap_blocks": spec.swap_blocks, "residual_bytes_per_microbatch": prog.residual_bytes,
-                "param_bytes": prog.params_bytes}
+                "param_bytes": prog.params_bytes, "weight_grad_held_bytes_per_microbatch": prog.weight_grad_held_bytes,
+                "weight_grad_at_once": sorted(prog.at_once_units)}
 
 
 def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: Placement,
                    shape: BatchShape, optimizer, order, *, swap_mechanism: str = "device_put",
-                   swap_enabled: bool = True, group: ProcessGroup = SINGLE) -> Pipeline:
+                   swap_enabled: bool = True, group: ProcessGroup = SINGLE,
+                   weight_grad: WeightGrad = WeightGrad()) -> Pipeline:
     """Compile this process's stages (all of them in a single process) and the
     executor that runs them."""
     p = schedule.num_stages
@@ -161,7 +169,7 @@ def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: P
                              "memory: swapping is not possible there")
     policies = stage_policies(cfg, schedule, base_policy)
     split = [any(a.kind is Kind.W for a in spec.actions) for spec in schedule.stages]
-    programs = [build_program(cfg, r, pol, placement.mesh(s), shape, split[s]) if s in local else None
+    programs = [build_program(cfg, r, pol, placement.mesh(s), shape, split[s], weight_grad) if s in local else None
                 for s, (r, pol) in enumerate(zip(parts, policies))]
     specs = boundary_specs(cfg, parts, shape)
     nbytes = boundary_device_bytes(specs, placement)

@@ -3,16 +3,19 @@ backward (accumulated param grads + input grad), or the backward split in two.
 
     fwd(params, x[, targets])            -> (y or loss, residuals)
     bwd(params, residuals, dy, grad_acc) -> (grad_acc + dparams, dx)   (grad_acc donated)
-    I   (params, residuals, dy)           -> (dx, held)          (split backward, input half)
-    W   (params, held, dy, grad_acc)      -> grad_acc + dparams  (weight half, grad_acc donated)
+    I   (params, residuals, dy, grad_acc) -> (grad_acc, dx, held)  (split backward, input half)
+    W   (params, held, dy, grad_acc)      -> grad_acc + dparams    (weight half, grad_acc donated)
 
-I and W are the two halves of the backward cut by obscura_jax.runtime.backward_split: I
-runs the cotangent chain (and the policy's recompute, once) and hands W, per
-weight-bearing op, its output cotangent and any input the forward did not keep; W
-runs only the weight-gradient matmuls and reductions (I + W ~ B). After I the
-micro-batch's residuals shrink to what W reads (`input_grad` returns that block,
-`weight_grad_held_bytes` per micro-batch), which may be more than the residuals on
-a recomputing stage: recomputed matmul inputs and output cotangents wait for W.
+I and W are the two halves of the backward cut by obscura_jax.runtime.backward_split
+(compiled by obscura_jax.runtime.split_program): I runs the cotangent chain (and the
+policy's recompute, once) and the small gradients' reductions, and hands W, per
+weight matmul, its output cotangent and any input the forward did not keep; W runs
+only the weight matmuls (I + W ~ B). After I the micro-batch's residuals shrink to
+what W reads (`input_grad` returns that block, `weight_grad_held_bytes` per
+micro-batch), which may be more than the residuals on a recomputing stage:
+recomputed matmul inputs and output cotangents wait for W. I takes the gradient
+accumulator too: the gradients it finishes (the norm scales' and biases' sums, a
+head whose W runs at once: obscura_jax.runtime.weight_grad) it adds there itself.
 
 Both are `jax.vjp` split across two jitted programs. The pullback that `jax.vjp`
 returns is a pytree whose leaves are everything the backward needs. Some of those
@@ -43,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.tensor_parallel import DATA_AXIS
-from obscura_jax.runtime.backward_split import split_backward
+from obscura_jax.runtime.split_program import SplitBackward, compiled_temp_bytes
 from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, DataShards, _spec
 
@@ -83,15 +86,6 @@ class Residuals:
         return self.nbytes - self.host_bytes
 
 
-def _temp_bytes(compiled) -> int:
-    """XLA's scratch memory for one run of a compiled program (0 if not reported)."""
-    try:
-        stats = compiled.memory_analysis()
-        return int(getattr(stats, "temp_size_in_bytes", 0) or 0)
-    except Exception:  # not every backend implements memory analysis
-        return 0
-
-
 def memory_of(compiled) -> dict[str, int]:
     """XLA's memory analysis of a compiled program: temp, output and alias bytes
     (zeros where the backend reports none)."""
@@ -106,7 +100,7 @@ def _plain(x) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
-class StageProgram(DataShards):
+class StageProgram(SplitBackward, DataShards):
     """Compiled forward/backward of one stage on its device or stage mesh.
 
     `apply(params, x)` (or `apply(params, x, targets)` when `returns_loss`) is the
@@ -116,14 +110,21 @@ class StageProgram(DataShards):
     `split`: the stage runs I and W only, so B compiles on first use (`compile_fused`).
     `mesh` (a StageMesh; default: `device` alone) and `param_shardings` (a tree of
     shardings on it, StageMesh.param_shardings) place the stage on D x T devices.
+    `weight_grad_mode` ("hold" or "rederive") and `at_once_units` (top-level param
+    keys whose gradients I computes) shape the split backward
+    (obscura_jax.runtime.weight_grad).
     """
 
     def __init__(self, apply: Callable, *, takes_tokens: bool, returns_loss: bool,
                  device: jax.Device | None = None, params_like, x_like, targets_like=None,
                  name: str = "stage", split: bool = False, mesh: StageMesh | None = None,
-                 param_shardings=None):
+                 param_shardings=None, weight_grad_mode: str = "hold", at_once_units=frozenset()):
         if returns_loss and targets_like is None:
             raise ValueError(f"{name}: a stage that returns the loss needs targets")
+        if weight_grad_mode not in ("hold", "rederive"):
+            raise ValueError(f"{name}: weight_grad_mode must be hold or rederive, got {weight_grad_mode!r}")
+        self.weight_grad_mode = weight_grad_mode
+        self.at_once_units = frozenset(at_once_units)
         self.name = name
         self.mesh = mesh if mesh is not None else single(device)
         self.device = self.mesh.lead
@@ -159,8 +160,9 @@ class StageProgram(DataShards):
         self.residual_leaf_bytes = tuple(self._bytes(s) for s in res_specs)
         self.residual_bytes = sum(self.residual_leaf_bytes)
         dy_spec = _spec(out_info[0], self.sharding if returns_loss else self.batch_sharding)
-        self.temp_bytes = _temp_bytes(self._fwd)     # grows as the backward programs compile
+        self.temp_bytes = compiled_temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
+        self._x_spec, self._t_spec = x_spec, t_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
         self._bwd = self._bwd_input = self._bwd_weight = None
         self.weight_grad_held_bytes = None      # known once the split backward is compiled
@@ -179,67 +181,7 @@ class StageProgram(DataShards):
                                (_DATA, _WHOLE if self.takes_tokens else _DATA))
         bwd = jax.jit(body, donate_argnums=3)
         self._bwd = bwd.lower(params_spec, res_specs, dy_spec, self._grads_spec()).compile()
-        self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd))
-
-    def compile_split(self) -> None:
-        """Cut the backward into I and W (obscura_jax.runtime.backward_split) and compile both
-        (once; ahead of any step)."""
-        if self._bwd_weight is not None:
-            return
-        params_spec, res_specs, dy_spec = self._split_specs
-        backward, flat_specs, n = self._flat_backward()
-        cut = split_backward(backward, flat_specs, n)
-        r = len(res_specs)
-        # what W reads besides I's outputs: params (by flat position), residual leaves, dy
-        self._w_reads = tuple(cut.kept_args)
-        self._w_res = tuple(k - n for k in cut.kept_args if n <= k < n + r)
-        self.weight_grad_reads_dy = (n + r) in cut.kept_args
-
-        def input_grad(params, res_leaves, dy):
-            res = self._unstack(res_leaves)
-            dx, held = cut.input_grad(*jax.tree.leaves(params), *res, self._local_dy(dy))
-            # tokens get no input gradient: a scalar marks completion
-            return (dx[0] if dx else jnp.zeros((), jnp.float32)), self._stack(tuple(held))
-
-        def weight_grad(params, held_leaves, dy, grad_acc):
-            kept_res = len(self._w_res)
-            res = self._unstack(held_leaves[:kept_res], self._w_res)
-            flat = jax.tree.leaves(params) + [None] * r + [self._local_dy(dy)]
-            for i, leaf in zip(self._w_res, res):
-                flat[n + i] = leaf
-            held = [h[0] for h in held_leaves[kept_res:]] if self._stacks else held_leaves[kept_res:]
-            dparams = cut.weight_grad([flat[k] for k in self._w_reads], held)
-            dparams = jax.tree.unflatten(jax.tree.structure(params), dparams)
-            acc = self._unstack_grads(grad_acc)
-            return self._stack(jax.tree.map(jnp.add, acc, dparams)), jnp.zeros((), jnp.float32)
-
-        i_body = self.mesh.local(input_grad, (_WHOLE, _DATA, self._dy_in),
-                                 (_WHOLE if self.takes_tokens else _DATA, _DATA))
-        i_lowered = jax.jit(i_body).lower(params_spec, res_specs, dy_spec)
-        self._bwd_input = i_lowered.compile()
-        # W reads I's held block where I left it (XLA chose its tensor sharding)
-        held_out = [_spec(a, sh) for a, sh in zip(i_lowered.out_info[1], self._bwd_input.output_shardings[1])]
-        held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(held_out)
-        self.weight_grad_leaf_bytes = tuple(self._bytes(h) for h in held_specs)
-        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
-        w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
-        self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
-            params_spec, held_specs, dy_spec, self._grads_spec()).compile()
-        self.temp_bytes = max(self.temp_bytes, _temp_bytes(self._bwd_input), _temp_bytes(self._bwd_weight))
-
-    def _flat_backward(self):
-        """The backward as a function of flat (params..., residual leaves..., dy) ->
-        flat (dparams..., dx), the form backward_split cuts; and its input specs."""
-        params_spec, res_specs, dy_spec = self._split_specs
-        leaves, tree = jax.tree.flatten(self._local_params)
-        n, r = len(leaves), len(res_specs)
-
-        def backward(*flat):
-            params = jax.tree.unflatten(tree, flat[:n])
-            cotangents = self._cotangents(self.layout, params, flat[n:n + r], flat[n + r])
-            return jax.tree.leaves(cotangents[0]) + ([] if self.takes_tokens else [cotangents[1]])
-        local = [self._local_spec(a, self._stacks and i >= self._num_head) for i, a in enumerate(res_specs)]
-        return backward, list(leaves) + local + [self._local_spec(dy_spec, False)], n
+        self.temp_bytes = max(self.temp_bytes, compiled_temp_bytes(self._bwd))
 
     def _forward_local(self, params, x, targets=None):
         out, kept = self._forward_traced(params, x, targets)
@@ -254,11 +196,16 @@ class StageProgram(DataShards):
 
     # ---- traced bodies -------------------------------------------------------
     def _forward_traced(self, params, x, targets=None):
+        out, kept, self._layout = self._pullback(params, x, targets, self._apply)
+        return out, kept
+
+    def _pullback(self, params, x, targets, apply) -> tuple[Any, tuple, PullbackLayout]:
+        """(output, kept leaves, layout) of `jax.vjp` of `apply` (the stage's function)."""
         if self.takes_tokens:
-            fn = (lambda p: self._apply(p, x, targets)) if self.returns_loss else (lambda p: self._apply(p, x))
+            fn = (lambda p: apply(p, x, targets)) if self.returns_loss else (lambda p: apply(p, x))
             out, pullback = jax.vjp(fn, params)
         else:
-            fn = (lambda p, h: self._apply(p, h, targets)) if self.returns_loss else self._apply
+            fn = (lambda p, h: apply(p, h, targets)) if self.returns_loss else apply
             out, pullback = jax.vjp(fn, params, x)
         leaves, treedef = jax.tree.flatten(pullback)
         param_pos = {id(leaf): i for i, leaf in enumerate(jax.tree.leaves(params))}
@@ -279,11 +226,9 @@ class StageProgram(DataShards):
                     kept_pos[id(leaf)] = len(kept)
                     kept.append(leaf)
                 sources.append((_KEPT, kept_pos[id(leaf)]))
-        self._layout = PullbackLayout(
-            treedef, tuple(sources),
-            keeps_input=any(s == _INPUT for s, _ in sources),
-            keeps_targets=any(s == _TARGETS for s, _ in sources))
-        return out, tuple(kept)
+        layout = PullbackLayout(treedef, tuple(sources), keeps_input=any(s == _INPUT for s, _ in sources),
+                                keeps_targets=any(s == _TARGETS for s, _ in sources))
+        return out, tuple(kept), layout
 
     def _cotangents(self, layout: PullbackLayout, params, res_leaves, dy):
         """The pullback rebuilt from params + residuals, applied to dy."""
@@ -335,33 +280,12 @@ class StageProgram(DataShards):
         grads, done = self._bwd(params, residuals.leaves, dy, grad_acc)
         return grads, (None if self.takes_tokens else done), done
 
-    def input_grad(self, params, residuals: Residuals, dy):
-        """I of a split backward -> (dx or None, held, ready): `held` replaces the
-        micro-batch's residuals until its W (what W reads, nothing else)."""
-        self._check_on_device(residuals, "I")
-        self.compile_split()
-        done, held = self._bwd_input(params, residuals.leaves, dy)
-        kept = tuple(residuals.leaves[i] for i in self._w_res)
-        return (None if self.takes_tokens else done), Residuals(kept + tuple(held), self.weight_grad_leaf_bytes), done
-
-    def weight_grad(self, params, held: Residuals, dy, grad_acc):
-        """W of a split backward -> (grad_acc + dparams, ready). `held` is what the I
-        of this micro-batch returned; `grad_acc` is donated."""
-        self._check_on_device(held, "W")
-        self.compile_split()
-        return self._bwd_weight(params, held.leaves, dy, grad_acc)
-
     def program_memory(self) -> dict[str, dict[str, int]]:
         """XLA's memory analysis of each compiled program, by action kind ("F", "B",
         "I", "W"): temp, output and alias bytes per device (what the memory check,
         obscura_jax.run.stage_bytes, counts beside the residuals)."""
         programs = {"F": self._fwd, "B": self._bwd, "I": self._bwd_input, "W": self._bwd_weight}
         return {kind: memory_of(c) for kind, c in programs.items() if c is not None}
-
-    def _check_on_device(self, residuals: Residuals, what: str) -> None:
-        if residuals.host_slots:
-            raise ValueError(f"{self.name}: {what} issued while {len(residuals.host_slots)} residual "
-                             "leaves are still on host (missing SI before it)")
 
     def zero_grads(self, params=None):
         """Fresh zero gradient accumulators on the device (host zeros: nothing to compile)."""

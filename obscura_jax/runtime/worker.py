@@ -148,7 +148,7 @@ class StageWorker:
         prog, st = ctx.programs[s], ctx.states[s]
         dy = ctx.loss_dy if prog.returns_loss else self._receive(a)
         res = self.residuals[(s, mb)]
-        dx, held, done = prog.input_grad(st.params, res, dy)
+        st.grads, dx, held, done = prog.input_grad(st.params, res, dy, st.grads)
         self.residuals[(s, mb)] = held
         self.pending_dy[(s, mb)] = dy
         if ctx.ledger is not None:

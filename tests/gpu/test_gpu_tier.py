@@ -78,8 +78,8 @@ for rng in ((0, 3), (1, 5), (5, 10)):
     out, res = prog.forward(params, x, t) if prog.returns_loss else prog.forward(params, x)
     dy = prog.loss_weight(8) if prog.returns_loss else jax.device_put(jax.random.normal(key, out.shape), gpu)
     g, dx, _ = prog.backward(params, res, dy, prog.zero_grads())
-    dxi, held, _ = prog.input_grad(params, res, dy)
-    gw, _ = prog.weight_grad(params, held, dy, prog.zero_grads())
+    gi, dxi, held, _ = prog.input_grad(params, res, dy, prog.zero_grads())
+    gw, _ = prog.weight_grad(params, held, dy, gi)
     for a, b in zip(jax.tree.leaves(gw), jax.tree.leaves(g)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     if dx is not None:

@@ -39,7 +39,7 @@ def test_profile_and_plan_on_block_units():
     cfg = models.get_config("parallel-tiny")
     seen = []
 
-    def time_unit(cfg_, unit_range, policy, device, params, x, targets, reps):
+    def time_unit(cfg_, unit_range, policy, device, params, x, targets, reps, split=False):
         seen.append(unit_range)
         return FakeTiming(0.001, 0.002, 0, temp_bytes=100)
     prof = profile_model(cfg, 16, 1, time_unit=time_unit, reps=1, ops=["pb_mlp_act"]).profile

@@ -39,6 +39,14 @@ ZOO_CASES = [
     ("obscura-interleaved-zb", {"adjusted": 1}),
 ]
 ZOO_IDS = [f"{n}-{k}" for n, k in ZOO_CASES]
+# Every zero-bubble family with a W that re-derives its inputs (--weight-grad
+# rederive), one with the head's W at once too: the same training, less held.
+REDERIVE_CASES = [
+    ("zb-h1", {"weight_grad": "rederive"}),
+    ("zb-v", {"weight_grad": "rederive", "head_weight_grad": "at-once"}),
+    ("interleaved-zb", {"weight_grad": "rederive"}),
+]
+REDERIVE_IDS = [f"{n}-{k}" for n, k in REDERIVE_CASES]
 # Across 4 processes, (model, schedule, kw), in one launch: every zoo schedule on both models
 MP_ZOO_CASES = [(model, n, k) for model in ("llama2-tiny", "gpt3-tiny") for n, k in ZOO_CASES]
 MP_ZOO_IDS = [f"{model}-{n}-{k}" for model, n, k in MP_ZOO_CASES]

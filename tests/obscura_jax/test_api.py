@@ -39,12 +39,17 @@ def test_runconfig_takes_a_schedule_object_name_or_path(tmp_path):
         obscura_jax.train(RunConfig(schedule=sched, stages=4, **SHAPE))
     with pytest.raises(UsageError, match="must be a generator name, a schedule JSON path or a Schedule"):
         RunConfig(schedule=3)
+    with pytest.raises(UsageError, match="--weight-grad must be one of hold, rederive, got 'keep'"):
+        RunConfig(weight_grad="keep")
+    with pytest.raises(UsageError, match="--head-weight-grad must be one of auto, defer, at-once, got 'now'"):
+        RunConfig(head_weight_grad="now")
 
 
 def test_make_pipeline_derives_order_partition_and_shape():
     sched = schedules.generate("1f1b", 2, 4)
     pipe = obscura_jax.make_pipeline("llama2-tiny", sched, micro_batch_size=2, seq_len=16, devices="cpu:2")
     assert pipe.partition == ((0, 5), (5, 10)) and pipe.shape == BatchShape(4, 2, 16)
+    assert [p.weight_grad_mode for p in pipe.programs] == ["hold", "hold"]
     assert pipe.executor.order == list(schedules.issue_order(sched))
     states = pipe.init_state(0)
     tokens, targets = open_data("synthetic", model_vocab=256, seed=0).microbatches(0, pipe.shape)

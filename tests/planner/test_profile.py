@@ -67,9 +67,42 @@ def test_split_backward_times_are_optional_round_trip_and_price_the_stages(tmp_p
     assert again == prof and again.unit("mlp").weight_grad_bytes == 7.0
     c = stage_costs(again, ((0, 9), (9, 18)), [(), ()])
     assert c.input_grad == pytest.approx(tuple(0.25 * b for b in c.bwd)) and c.weight_grad == pytest.approx(c.bwd)
+    assert c.weight_grad_held == tuple(7.0 * (b - a) for a, b in ((0, 9), (9, 18)))
     doc = prof.to_json()
     doc["units"]["mlp"]["weight_grad_time"] = -1
     with pytest.raises(ProfileError, match="weight_grad_time"):
+        profile_from_json(doc)
+
+
+def test_a_rederiving_w_is_priced_from_its_own_fields(tmp_path):
+    """weight_grad_rederive_time / _bytes: optional (older profiles load unchanged),
+    validated, round-tripped; split_backward(weight_grad="rederive") prices W and its
+    held block from them (I is the same), and refuses a profile without them."""
+    from dataclasses import replace
+
+    from planner.costs import split_backward, stage_views
+    from planner.errors import PlanError
+    old = synthetic_profile()
+    hold = tuple((k, replace(u, input_grad_time=0.5, weight_grad_time=1.0, weight_grad_bytes=8.0)) for k, u in old.units)
+    with pytest.raises(PlanError, match="weight_grad_rederive_time"):
+        split_backward(replace(old, units=hold), stage_views(old, ((0, 18),)), weight_grad="rederive")
+    units = tuple((k, replace(u, weight_grad_rederive_time=1.5, weight_grad_rederive_bytes=3.0)) for k, u in hold)
+    prof = replace(old, units=units)
+    save_profile(prof, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == prof
+    views = stage_views(prof, ((0, 9), (9, 18)))
+    assert split_backward(prof, views) == {"input_grad": (4.5, 4.5), "weight_grad": (9.0, 9.0),
+                                           "weight_grad_held": (72.0, 72.0)}
+    assert split_backward(prof, views, weight_grad="rederive") == {
+        "input_grad": (4.5, 4.5), "weight_grad": (13.5, 13.5), "weight_grad_held": (27.0, 27.0)}
+    with pytest.raises(PlanError, match="weight_grad must be one of hold, rederive"):
+        split_backward(prof, views, weight_grad="recompute")
+    # an analytic profile has W bytes but no I / W times: only the held block
+    bytes_only = replace(old, units=tuple((k, replace(u, weight_grad_bytes=2.0)) for k, u in old.units))
+    assert split_backward(bytes_only, views) == {"weight_grad_held": (18.0, 18.0)}
+    doc = prof.to_json()
+    doc["units"]["attn"]["weight_grad_rederive_bytes"] = "many"
+    with pytest.raises(ProfileError, match="weight_grad_rederive_bytes must be a number"):
         profile_from_json(doc)
 
 

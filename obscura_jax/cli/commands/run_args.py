@@ -82,6 +82,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="adamw weight decay, finite and >= 0 (default 0.01; adam and sgd take none)")
     g.add_argument("--warmup-steps", type=int, default=1,
                    help="steps excluded from the median iteration time (default 1)")
+    add_weight_grad_args(g)
     g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
                    help="how SO/SI move residuals (default device_put: overlaps on GPUs)")
     g.add_argument("--no-swap", action="store_true",
@@ -99,6 +100,17 @@ def add_memory_args(g) -> None:
                         "the device's memory_stats; none on CPU: unchecked)")
     g.add_argument("--force", action="store_true",
                    help="run even where the memory check says a device cannot hold the run")
+
+
+def add_weight_grad_args(g) -> None:
+    """What a split backward's W holds (docs/cli.md, W's held block between I and W)."""
+    g.add_argument("--weight-grad", default="hold", choices=("hold", "rederive"),
+                   help="a split backward's W (zb-*): hold = I hands W each weight matmul's input and output "
+                        "gradient; rederive = W keeps each unit's input and recomputes the matmul inputs (less "
+                        "held between I and W, a longer W) (default hold)")
+    g.add_argument("--head-weight-grad", default="auto", choices=("auto", "defer", "at-once"),
+                   help="the head's W: at-once = computed inside I, holding nothing; defer = a W like the others; "
+                        "auto = at once when it holds more bytes per FLOP than a layer's W (default auto)")
 
 
 def add_layout_args(g) -> None:
@@ -236,7 +248,8 @@ def run_config(args, **overrides) -> RunConfig:
         model_overrides=tuple(model_overrides), data_parallel=_given(args, "data_parallel", 1),
         tensor_parallel=_given(args, "tensor_parallel", 1),
         data_across_processes=getattr(args, "data_across_processes", False),
-        device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False))
+        device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False),
+        weight_grad=getattr(args, "weight_grad", "hold"), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
     kw.update(overrides)
     return RunConfig(**kw)
 

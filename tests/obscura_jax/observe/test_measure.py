@@ -111,3 +111,32 @@ def test_in_lockstep_every_process_makes_the_same_calls_whatever_its_speed(platf
     # without lockstep the counts follow the clock (what made the processes disagree)
     free = measure.CostTiming.for_device(Device("cpu"), 3)
     assert calls_made(free, 1e-5) != calls_made(free, 0.2)
+
+
+@pytest.mark.parametrize("weight_grad", ["hold", "rederive"])
+def test_ledger_costs_and_programs_count_the_same_w_block(weight_grad):
+    """A zero-bubble run: the measured costs' weight_grad_held is each program's held
+    block, and the runtime's ledger peaks are the memory fold's (schedules.memory) on
+    the issue clock under those costs: I leaves exactly what the program holds."""
+    import numpy as np
+
+    from obscura_jax.runtime.weight_grad import WeightGrad
+    from schedules.simulator import stage_memory
+    from schedules.timeline import OpRecord, Timeline
+
+    sched = schedules.generate("zb-h1", 2, 4)
+    order = schedules.issue_order(sched)
+    pipe = build_pipeline(CFG, sched, models.even_partition(CFG.num_units, 2), "none", place_stages(2, "cpu", 2),
+                          BatchShape(4, 2, 16), make_optimizer("sgd", 0.1), order,
+                          weight_grad=WeightGrad(weight_grad, "at-once"))
+    states = pipe.init_state(0)
+    costs = measure_costs(pipe, states, "none", reps=1).costs
+    held = tuple(p.weight_grad_held_bytes for p in pipe.programs)
+    assert costs.weight_grad_held == held and all(h > 0 for h in held)
+    rng = np.random.default_rng(0)
+    tok, tgt = (rng.integers(0, CFG.vocab_size, (4, 2, 16)).astype(np.int32) for _ in range(2))
+    ledger = pipe.executor.run_actions(states, tok, tgt, track_memory=True).ledger
+    clock = Timeline.from_ops(2, [OpRecord.of(a, 2 * i, 2 * i + 1) for i, a in enumerate(order)],
+                              memory=stage_memory(sched, costs))
+    assert ledger.live == [0, 0]
+    assert ledger.peak == [st.peak_held_bytes for st in clock.stages]

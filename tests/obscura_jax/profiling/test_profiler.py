@@ -13,6 +13,7 @@ from obscura_jax.cli.main import main
 from obscura_jax.run.data import BatchShape
 from obscura_jax.runtime.pipeline import build_program
 from obscura_jax.observe.measure import unit_weight_grad_bytes
+from obscura_jax.runtime.weight_grad import WeightGrad
 from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
 from planner.identify import stage_peak_1f1b
 from planner.errors import ProfileError
@@ -43,7 +44,7 @@ def test_the_injected_timer_prices_every_unit():
     cfg = models.get_config("llama2-tiny")
     seen = []
 
-    def time_unit(cfg_, unit_range, policy, device, params, x, targets, reps):
+    def time_unit(cfg_, unit_range, policy, device, params, x, targets, reps, split=False):
         seen.append((unit_range, policy.name, reps, targets is not None))
         return FakeTiming(0.001 * (len(seen)), 0.002 * len(seen), 0, temp_bytes=64)
 
@@ -96,6 +97,13 @@ def test_profile_bytes_are_the_engines(measured):
         r = dict(zip(models.unit_names(cfg), range(cfg.num_units)))[{"attn": "attn_0", "mlp": "mlp_0"}.get(kind, kind)]
         prog = build_program(cfg, (r, r + 1), "none", jax.devices("cpu")[0], BatchShape(1, 2, 64))
         assert unit.weight_grad_bytes == unit_weight_grad_bytes(prog) > 0
+        # the W that re-derives its inputs: its own program, timed and counted the same way
+        again = build_program(cfg, (r, r + 1), "none", jax.devices("cpu")[0], BatchShape(1, 2, 64), True,
+                              WeightGrad("rederive"))
+        assert unit.weight_grad_rederive_time > 0
+        assert unit.weight_grad_rederive_bytes == unit_weight_grad_bytes(again) <= unit.weight_grad_bytes
+        if kind in ("attn", "mlp"):       # the unit's input instead of its norm output and gated product
+            assert unit.weight_grad_rederive_bytes < unit.weight_grad_bytes
     # params + grads + optax adamw's state (mu, nu and a step count)
     import optax
     params = models.init_params(cfg, 0, (1, 2))

@@ -75,10 +75,10 @@ def test_mesh_programs_equal_the_plain_model(model, data, tensor, policy, split)
                                   jax.device_put(tgt, progs[1].batch_sharding))
     grads, dy = [p.zero_grads() for p in progs], progs[1].loss_weight(1)
     if split:
-        dx, held, _ = progs[1].input_grad(st[1], res1, dy)
+        grads[1], dx, held, _ = progs[1].input_grad(st[1], res1, dy, grads[1])
         grads[1], _ = progs[1].weight_grad(st[1], held, dy, grads[1])
         dx = jax.device_put(dx, progs[0].batch_sharding)
-        _, held, _ = progs[0].input_grad(st[0], res0, dx)
+        grads[0], _, held, _ = progs[0].input_grad(st[0], res0, dx, grads[0])
         grads[0], _ = progs[0].weight_grad(st[0], held, dx, grads[0])
     else:
         grads[1], dx, _ = progs[1].backward(st[1], res1, dy, grads[1])

@@ -83,6 +83,22 @@ def test_train_json_gantt_and_trace(tmp_path, capsys):
     assert 0 < res["bubble_fraction"] < 1 and res["recompute_fraction"] >= 0
 
 
+def test_a_zero_bubble_run_whose_w_rederives_its_inputs(tmp_path, capsys):
+    """--weight-grad rederive with the head's W at once, on the default path
+    (measured costs, timeline): the plain model's losses and params (--check), the
+    JSON records the choice, and each stage's held block is the one the measured
+    costs price (the loss stage's head holding nothing of it)."""
+    out = tmp_path / "zb.json"
+    assert train("--schedule", "zb-h1", "--weight-grad", "rederive", "--head-weight-grad", "at-once",
+                 "--steps", "2", "--check", "--json", str(out)) == 0
+    res = json.loads(out.read_text())
+    assert res["check"]["equal"] and res["weight_grad"] == {"mode": "rederive", "head": "at-once"}
+    assert [st["weight_grad_at_once"] for st in res["stages"]] == [[], [], [], ["head"]]
+    held = [st["weight_grad_held_bytes_per_microbatch"] for st in res["stages"]]
+    assert res["costs"]["weight_grad_held"] == held and all(h > 0 for h in held)
+    assert "check vs unpipelined model" in capsys.readouterr().out
+
+
 def test_late_waiters_do_not_stretch_the_trace_past_the_step(tmp_path, monkeypatch):
     """On a busy machine a waiter thread can see an output ready after the step's main
     thread saw every gradient ready (make test-busy, 2026-12-03). Seen 10 s late here,
