@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from planner.costs import Partition, kept_bytes, stage_costs, working_bytes
+from planner.costs import Partition, kept_bytes, working_bytes
 from planner.identify import cmb_set, identify, stage_peak_1f1b
 from planner.profile import FULL, LAYER
 from planner.search import (Config, Evaluation, Setting, base_order, recompute_names,
@@ -124,7 +124,7 @@ def peak_lower_bound(setting: Setting, config: Config) -> float:
     if config.order is None:
         return -math.inf
     prof = setting.profile
-    costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
+    costs = setting.costs(config.partition, config.recompute)
     rows = swapped_rows(config.order, config.adjusted, config.swap_blocks, config.beta)
     counted = Uniform(StageMemory(kept=1.0, swap_fraction=config.beta))
     bound = -math.inf

@@ -179,17 +179,19 @@ def program_outputs(costs: StageCosts, stage: int, split: bool) -> float:
 def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],
                 recompute_sets: Sequence[Iterable[str]], *,
                 p2p_bandwidth: float | None = None, p2p_latency: float | None = None,
-                host_bandwidth: float | None = None, unit_kept: UnitKept | None = None) -> StageCosts:
+                host_bandwidth: float | None = None, unit_kept: UnitKept | None = None,
+                weight_grad: str = "hold") -> StageCosts:
     """StageCosts for the simulator. `recompute_sets[s]` is stage s's recompute set
     (empty for none; it sets recompute / act_bytes_recompute, which the simulator
     uses on stages whose schedule row recomputes). Bandwidths default to the
-    profile's; `unit_kept` corrects kept bytes where the additive formula is low."""
+    profile's; `unit_kept` corrects kept bytes where the additive formula is low;
+    `weight_grad`: how a split backward's W gets its inputs (split_backward)."""
     views = stage_views(profile, partition)
     if len(recompute_sets) != len(views):
         raise PlanError(f"{len(recompute_sets)} recompute sets for {len(views)} stages")
     sets = [frozenset(r) for r in recompute_sets]
     return StageCosts(
-        **split_backward(profile, views),
+        **split_backward(profile, views, weight_grad),
         fwd=tuple(v.fwd for v in views),
         bwd=tuple(v.bwd for v in views),
         recompute=tuple(recompute_time(profile, v.units, r) for v, r in zip(views, sets)),
@@ -215,23 +217,27 @@ def split_backward(profile: Profile, views: Sequence[StageView], weight_grad: st
     weight_grad_held: what a W holds from its I is its units' (the same under any
     recompute set: W reads each weight matmul's input and output cotangent, kept or
     recomputed once in I). `weight_grad`: "hold", or "rederive" for a W that
-    re-derives its inputs (`--weight-grad rederive`): its own time and bytes, which a
-    profile must have for every unit (I is the same)."""
+    re-derives its inputs (`--weight-grad rederive`): its own time and bytes for the
+    units that have them (the layers'; embed and head W hold as before), which a
+    profile must have for some unit (I is the same)."""
     if weight_grad not in WEIGHT_GRAD_FIELDS:
         raise PlanError(f"weight_grad must be one of {', '.join(WEIGHT_GRAD_FIELDS)}, got {weight_grad!r}")
-    time_key, bytes_key = WEIGHT_GRAD_FIELDS[weight_grad]
     units = [u for _, u in profile.units]
-    if weight_grad == "rederive":
-        missing = [k for k, u in profile.units if getattr(u, time_key) is None or getattr(u, bytes_key) is None]
-        if missing:
-            raise PlanError(f"the profile has no {time_key} / {bytes_key} for unit {missing[0]!r} (written by "
-                            "`obscura profile` since --weight-grad rederive exists): profile the model again")
+    fields = {}
+    for kind, u in profile.units:
+        rederived = (u.weight_grad_rederive_time, u.weight_grad_rederive_bytes)
+        fields[kind] = rederived if weight_grad == "rederive" and None not in rederived else \
+            (u.weight_grad_time, u.weight_grad_bytes)
+    if weight_grad == "rederive" and all(fields[k] == (u.weight_grad_time, u.weight_grad_bytes)
+                                         for k, u in profile.units):
+        raise PlanError("the profile has no weight_grad_rederive_time / weight_grad_rederive_bytes (written by "
+                        "`obscura profile` since --weight-grad rederive exists): profile the model again")
     out = {}
-    if all(u.input_grad_time is not None and getattr(u, time_key) is not None for u in units):
+    if all(u.input_grad_time is not None and fields[k][0] is not None for k, u in profile.units):
         out["input_grad"] = tuple(sum(profile.unit(k).input_grad_time for k in v.kinds) for v in views)
-        out["weight_grad"] = tuple(sum(getattr(profile.unit(k), time_key) for k in v.kinds) for v in views)
-    if all(getattr(u, bytes_key) is not None for u in units):
-        out["weight_grad_held"] = tuple(sum(getattr(profile.unit(k), bytes_key) for k in v.kinds) for v in views)
+        out["weight_grad"] = tuple(sum(fields[k][0] for k in v.kinds) for v in views)
+    if all(fields[k][1] is not None for k, _ in profile.units) and units:
+        out["weight_grad_held"] = tuple(sum(fields[k][1] for k in v.kinds) for v in views)
     return out
 
 

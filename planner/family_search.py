@@ -90,7 +90,7 @@ def evaluate(setting: Setting, placed: Schedule, partition: Partition, recompute
     stages."""
     prof = setting.profile
     sched = _with_sets(placed, recompute, setting.op_order)
-    costs = stage_costs(prof, partition, recompute, unit_kept=setting.unit_kept)
+    costs = setting.costs(partition, recompute)
     makespan, act = held_peaks(sched, costs, check=False)
     devices = range(sched.num_devices)
     split = {a.stage for row in sched.rows for a in row if a.kind == Kind.W}
@@ -137,7 +137,7 @@ def settle(order: _Order, swap_blocks=None, beta: float = 0.0, limit: float | No
     limit = setting.memory_limit if limit is None else limit
     lam = tuple(swap_blocks) if swap_blocks is not None else (0,) * len(order.rows)
     placed = _placed(order.name, order.base, order.rows, lam, beta)
-    none_costs = stage_costs(prof, part, [frozenset()] * len(part), unit_kept=setting.unit_kept)
+    none_costs = setting.costs(part, [frozenset()] * len(part))
     options = order.options()
     weights = [sum(weight_bytes(prof, part[s]) for s in placed.stages_on(d)) for d in range(placed.num_devices)]
     rows = [device_rows(placed, none_costs, d) for d in range(placed.num_devices)]
@@ -309,7 +309,7 @@ _CHUNK_ARG = ("interleaved", "obscura-interleaved", "interleaved-zb", "obscura-i
 
 
 def chosen_costs(setting: Setting, ev: Evaluation) -> StageCosts:
-    return stage_costs(setting.profile, ev.config.partition, ev.config.recompute, unit_kept=setting.unit_kept)
+    return setting.costs(ev.config.partition, ev.config.recompute)
 
 
 def transformed(setting: Setting, obscura: str, base: str, order: _Order, ev: Evaluation, swap: bool
@@ -352,12 +352,12 @@ def at_limit(setting: Setting, generator: str, num_devices: int, partition: Part
     none = (frozenset(),) * n
     grid = "quick" if num_devices * setting.num_microbatches > QUICK_ABOVE else "full"
     free = order_of(setting, generator, num_devices, partition, 1, memory_limit=_NO_LIMIT, grid=grid,
-                    costs=stage_costs(prof, partition, none, unit_kept=setting.unit_kept))
+                    costs=setting.costs(partition, none))
     fast = unlimited(free)
     for seed in _seeds(setting, partition, per_op):
         sets = seed
         for _ in range(rounds):
-            costs = stage_costs(prof, partition, sets, unit_kept=setting.unit_kept)
+            costs = setting.costs(partition, sets)
             room = tuple(max(setting.memory_limit - weight_bytes(prof, u) - working_bytes(prof, u, r), 0.0)
                          for u, r in zip(partition, sets))
             adjusted = tuple(s for s in range(n) if sets[s]) or None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.costs import Partition, move_unit, stage_costs
+from planner.costs import Partition, move_unit
 from planner.identify import non_adjusted_set
 from planner.recompute_ip import RecomputeSolution
 from planner.search import Config, Setting, obscura_config
@@ -60,7 +60,7 @@ def plan_step(setting: Setting, partition: Partition, k: int, lam_k: int | None,
     if found is None:
         return None
     config, sol = found
-    costs = stage_costs(setting.profile, partition, config.recompute, unit_kept=setting.unit_kept)
+    costs = setting.costs(partition, config.recompute)
     pred = predict_closed_form(costs, setting.num_microbatches, k, config.swap_blocks, config.beta,
                                recompute_stages=[s for s in range(len(partition)) if config.recompute[s]])
     return PartitionStep(partition, config, sol, costs, pred)

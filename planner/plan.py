@@ -91,13 +91,16 @@ def _to_plan(ev: Evaluation, num_microbatches: int, limit: int, baselines: Mappi
 def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory_limit, *,
                 cmb: bool = True, swap: bool = True, partition: bool = True, ip: bool = True,
                 exact_residuals: bool = True, reserve=0, profile_path=None, families: bool = True,
-                layout: MeshLayout | None = None, family_names=None) -> PlanResult:
+                layout: MeshLayout | None = None, family_names=None, weight_grad: str = "hold") -> PlanResult:
     """Everything `make_plan` does, with the intermediate results kept. `families`:
     step 6, every schedule family at its best (off: Obscura on 1F1B and the paper's
     baselines only); `family_names`: only these families (planner.families.FAMILIES
     names), the pick among them. `reserve` (bytes or a size string) is held back from the limit for what
     the model does not count (allocator fragmentation, a CUDA context). `profile_path`:
     the file the profile was read from (its name and sha256 go into the plan).
+    `weight_grad`: how a split backward's W gets its inputs: "hold" them, or
+    "rederive" them from the unit's input (priced by the profile's
+    weight_grad_rederive_* fields; the plan records it and `train --plan` runs it).
     `layout`: each stage on a data x tensor mesh (planner.mesh_plan; the profile is
     then one device's at the whole micro-batch, and the limit one device's)."""
     start = time.perf_counter()
@@ -131,7 +134,9 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     usable = limit - held
     even = check_partition(models.even_partition(profile.num_units, p), profile.num_units)
     kept = (mesh.unit_kept if mesh is not None else exact_unit_kept(profile)) if exact_residuals else None
-    setting = Setting(profile, m, usable, kept)
+    setting = Setting(profile, m, usable, kept, weight_grad)
+    if weight_grad != "hold":
+        setting.costs(even, [frozenset()] * p)     # a profile without the fields is refused here
     weights = [weight_bytes(profile, units) for units in even]
     if max(weights) > usable:   # answered before any search (smallest_feasible_limit finds the floor)
         s = max(range(p), key=lambda i: weights[i])
@@ -152,7 +157,7 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
             f"memory limit {format_bytes(limit, 2)} ({limit} bytes) is below what every schedule family needs "
             f"with its leanest recompute and swaps; the smallest feasible limit is {limit_text(need + held)}",
             round_up_limit(need + held))
-    plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for,
+    plan = replace(_to_plan(pick, m, limit, baselines, profile.op_names), source=made_for, weight_grad=weight_grad,
                    families=summarize(FAMILIES, candidates, profile.op_names,
                                       mesh.synced_time if mesh is not None else None) if families else ())
     if mesh is not None:

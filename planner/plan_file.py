@@ -76,6 +76,7 @@ class Plan:
     tensor_parallel: int = 1              # peaks and the limit are then per device
     families: tuple[FamilySummary, ...] = ()   # every schedule family at its best (planner.plan_families)
     baseline_needs: tuple[tuple[str, int], ...] = ()   # bytes each baseline that does not fit needs
+    weight_grad: str = "hold"             # a split backward's W: hold its inputs or rederive them
 
     def __post_init__(self) -> None:
         if not all(isinstance(a, str) for a in self.issue_order):
@@ -107,6 +108,8 @@ class Plan:
         v = self.virtual_stages
         if isinstance(v, bool) or not isinstance(v, int) or v < 1 or self.num_stages % v:
             raise PlanError(f"plan 'virtual_stages' must divide num_stages={self.num_stages}, got {v!r}")
+        if self.weight_grad not in ("hold", "rederive"):
+            raise PlanError(f"plan 'weight_grad' must be hold or rederive, got {self.weight_grad!r}")
         object.__setattr__(self, "stage_to_device", tuple(int(d) for d in self.stage_to_device))
         object.__setattr__(self, "device_rows", tuple(tuple(r) for r in self.device_rows))
 
@@ -162,6 +165,7 @@ class Plan:
                    if self.device_rows else {}),
                 **({"issue_order": list(self.issue_order)} if self.issue_order else {}),
                 **({"baseline_needs": dict(self.baseline_needs)} if self.baseline_needs else {}),
+                **({"weight_grad": self.weight_grad} if self.weight_grad != "hold" else {}),
                 **({"families": [f.to_json() for f in self.families]} if self.families else {})}
 
 
@@ -216,7 +220,7 @@ def plan_from_json(d: Any) -> Plan:
                 d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
                 d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)),
                 tuple(order), data, tensor, tuple(family_from_json(f) for f in families),
-                tuple(needs.items()))
+                tuple(needs.items()), d.get("weight_grad", "hold"))
 
 
 def load_plan(path) -> Plan:

@@ -48,10 +48,16 @@ class Setting:
     num_microbatches: int
     memory_limit: float
     unit_kept: UnitKept | None = field(default=None, compare=False)
+    weight_grad: str = "hold"        # a split backward's W: hold its inputs, or rederive them
 
     @property
     def op_order(self) -> tuple[str, ...]:
         return self.profile.op_names
+
+    def costs(self, partition: Partition, recompute_sets) -> StageCosts:
+        """planner.costs.stage_costs for this problem (its traced kept bytes, its W)."""
+        return stage_costs(self.profile, partition, recompute_sets, unit_kept=self.unit_kept,
+                           weight_grad=self.weight_grad)
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,7 @@ def simulate_config(setting: Setting, config: Config, solution: RecomputeSolutio
     makespan and peaks (with the counts above) judge it."""
     prof = setting.profile
     sched = build_schedule(config, setting.num_microbatches, setting.op_order)
-    costs = stage_costs(prof, config.partition, config.recompute, unit_kept=setting.unit_kept)
+    costs = setting.costs(config.partition, config.recompute)
     makespan, act = held_peaks(sched, costs, check=False)   # build_schedule validated it
     work = tuple(working_bytes(prof, units, r) + program_outputs(costs, s, False)
                  for s, (units, r) in enumerate(zip(config.partition, config.recompute)))

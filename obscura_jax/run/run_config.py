@@ -78,7 +78,7 @@ class RunConfig:
     data_across_processes: bool = False  # several processes: each holds data rows of every stage
     device_memory: float | str | None = None  # bytes each device's allocator holds (e.g. "24GiB"); None: asked
     force_memory: bool = False         # run even where the memory check says a device cannot hold it
-    weight_grad: str = "hold"          # a split backward's W: hold its inputs or rederive them
+    weight_grad: str | None = None     # a split backward's W: hold its inputs or rederive them (None: a plan's, else hold)
     head_weight_grad: str = "auto"     # the head's W: auto | defer | at-once (obscura_jax.runtime.weight_grad)
 
     def __post_init__(self) -> None:
@@ -126,7 +126,7 @@ class RunConfig:
         if self.micro_batch_size % self.data_parallel:
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} is not divisible by --data-parallel "
                              f"{self.data_parallel} (each micro-batch splits over the data axis)")
-        if self.weight_grad not in WEIGHT_GRAD_MODES:
+        if self.weight_grad is not None and self.weight_grad not in WEIGHT_GRAD_MODES:
             raise UsageError(f"--weight-grad must be one of {', '.join(WEIGHT_GRAD_MODES)}, got {self.weight_grad!r}")
         if self.head_weight_grad not in HEAD_WEIGHT_GRAD:
             raise UsageError(f"--head-weight-grad must be one of {', '.join(HEAD_WEIGHT_GRAD)}, "
@@ -144,7 +144,12 @@ class RunConfig:
 
     @property
     def weight_grad_options(self) -> WeightGrad:
-        return WeightGrad(self.weight_grad, self.head_weight_grad)
+        """The W the run uses: --weight-grad, else what its plan was made for, else hold."""
+        mode = self.weight_grad
+        if mode is None and self.plan:
+            from planner.plan import load_plan  # lazy: the planner loads JAX
+            mode = load_plan(self.plan).weight_grad
+        return WeightGrad(mode or "hold", self.head_weight_grad)
 
     @property
     def layout(self) -> tuple[int, int]:

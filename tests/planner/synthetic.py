@@ -29,10 +29,12 @@ def llama_units(scale: float = 1.0) -> dict:
 def synthetic_profile(num_layers: int = 8, host_bandwidth: float = 20 * MB, p2p_bandwidth: float = 1e12,
                       p2p_latency: float = 0.0, model: str = "llama-synthetic", split: bool = False) -> Profile:
     """`split`: with a measured split backward per unit (I 60% and W 40% of its
-    backward; W holding 60% of what the unit keeps with nothing recomputed)."""
+    backward; W holding 60% of what the unit keeps with nothing recomputed, or, a W
+    that re-derives its inputs, 30% for 50% more W time)."""
     units = llama_units()
     if split:
         units = {k: replace(u, input_grad_time=0.6 * u.bwd_time, weight_grad_time=0.4 * u.bwd_time,
-                            weight_grad_bytes=0.6 * u.kept_bytes(())) for k, u in units.items()}
+                            weight_grad_bytes=0.6 * u.kept_bytes(()), weight_grad_rederive_time=0.6 * u.bwd_time,
+                            weight_grad_rederive_bytes=0.3 * u.kept_bytes(())) for k, u in units.items()}
     return Profile(model, "synthetic", num_layers, 128, 1, host_bandwidth, p2p_bandwidth, p2p_latency,
                    tuple(units.items()))

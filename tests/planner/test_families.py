@@ -93,3 +93,22 @@ def test_train_runs_a_chunked_plan(tiny_plan, tmp_path):
     ref = train(RunConfig(stages=1, microbatches=4, **{**common, "plan_scale_down": False}),
                 lambda p: place_stages(p, "cpu", 1), log=lambda *_: None)
     assert [s.loss for s in out.steps] == pytest.approx([s.loss for s in ref.steps], rel=1e-5)
+
+
+def test_a_w_that_rederives_its_inputs_is_a_planner_option(tmp_path):
+    """--weight-grad rederive prices W from the profile's rederive fields: a
+    zero-bubble family then needs less memory; the plan records it and a run of the
+    plan uses it unless told otherwise."""
+    from obscura_jax.run.run_config import RunConfig
+    prof = synthetic_profile(num_layers=8, split=True)
+    free = {wg: search_family(Setting(prof, 8, 1e18, weight_grad=wg), BY_NAME["zb-h1"], 4)
+            for wg in ("hold", "rederive")}
+    assert max(free["rederive"].unlimited.peaks) < max(free["hold"].unlimited.peaks)
+    assert free["rederive"].unlimited.makespan >= free["hold"].unlimited.makespan
+    res = plan_search(prof, 4, 8, "1TiB", weight_grad="rederive", family_names=("zb-h1",))
+    assert res.plan.weight_grad == "rederive" and res.plan.to_json()["weight_grad"] == "rederive"
+    save_plan(res.plan, tmp_path / "p.json")
+    assert plan_from_json(json.loads((tmp_path / "p.json").read_text())).weight_grad == "rederive"
+    assert RunConfig(plan=str(tmp_path / "p.json")).weight_grad_options.mode == "rederive"
+    assert RunConfig(plan=str(tmp_path / "p.json"), weight_grad="hold").weight_grad_options.mode == "hold"
+    assert "weight_grad" not in plan_search(prof, 4, 8, "1TiB", family_names=("zb-h1",)).plan.to_json()

@@ -55,6 +55,10 @@ def add_parser(sub):
     p.add_argument("--no-partition", action="store_true", help="keep the even partition (no Algorithm 1)")
     p.add_argument("--no-ip", action="store_true",
                    help="recompute whole units on adjusted stages instead of choosing ops (ablation)")
+    p.add_argument("--weight-grad", choices=("hold", "rederive"), default="hold",
+                   help="how a split backward's W gets its inputs in the zero-bubble families: hold them from I, "
+                        "or rederive them from the unit's input (less memory, more W time; priced by the profile's "
+                        "weight_grad_rederive_* fields; the plan records it and train --plan runs it) (default: hold)")
     p.add_argument("--no-families", action="store_true",
                    help="Obscura on 1F1B only: no interleaved or ZB-H1 family, nor their baselines")
     p.add_argument("--json", metavar="PATH", default=None,
@@ -92,7 +96,7 @@ def run(args):
     res = plan_search(prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
                       swap=not args.no_swap, partition=not args.no_partition, ip=not args.no_ip,
                       reserve=args.reserve, profile_path=args.profile, families=not args.no_families,
-                      layout=MeshLayout(args.data_parallel, args.tensor_parallel))
+                      layout=MeshLayout(args.data_parallel, args.tensor_parallel), weight_grad=args.weight_grad)
     plan = res.plan
     if args.json:
         save_plan(plan, args.json)

@@ -104,10 +104,10 @@ def add_memory_args(g) -> None:
 
 def add_weight_grad_args(g) -> None:
     """What a split backward's W holds (docs/cli.md, W's held block between I and W)."""
-    g.add_argument("--weight-grad", default="hold", choices=("hold", "rederive"),
+    g.add_argument("--weight-grad", default=None, choices=("hold", "rederive"),
                    help="a split backward's W (zb-*): hold = I hands W each weight matmul's input and output "
                         "gradient; rederive = W keeps each unit's input and recomputes the matmul inputs (less "
-                        "held between I and W, a longer W) (default hold)")
+                        "held between I and W, a longer W) (default: --plan's, else hold)")
     g.add_argument("--head-weight-grad", default="auto", choices=("auto", "defer", "at-once"),
                    help="the head's W: at-once = computed inside I, holding nothing; defer = a W like the others; "
                         "auto = at once when it holds more bytes per FLOP than a layer's W (default auto)")
@@ -249,7 +249,7 @@ def run_config(args, **overrides) -> RunConfig:
         tensor_parallel=_given(args, "tensor_parallel", 1),
         data_across_processes=getattr(args, "data_across_processes", False),
         device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False),
-        weight_grad=getattr(args, "weight_grad", "hold"), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
+        weight_grad=getattr(args, "weight_grad", None), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
     kw.update(overrides)
     return RunConfig(**kw)
 
