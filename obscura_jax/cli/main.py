@@ -32,9 +32,10 @@ from models.errors import ObscuraError
 from obscura_jax.cli import blame
 from obscura_jax.cli import interrupt
 from obscura_jax.cli.files import check_files
-from obscura_jax.cli.environment import check_environment
+from obscura_jax.cli.environment import check_environment, check_jax_environment
 from obscura_jax.errors import error_line
 from models.registry import load_model_module
+from schedules.sizes import parse_int, parse_real
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
 PIPE_CLOSED = 141   # 128 + SIGPIPE
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body():
         check_environment()
+        check_jax_environment(args.command.replace("-", "_"))
         check_files(args)
         load_model_modules(args)
         return args.func(args)
@@ -217,6 +219,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def stdout_closed() -> None:
+    """Every command prints its report on stdout: with stdout closed (not redirected:
+    closed, so the next file opened would take its descriptor and receive the
+    report) one line says so, exit 2, before anything is read or written."""
+    if sys.stderr is not None:
+        print("obscura: error: stdout is closed: the command prints its report there; redirect it "
+              "(>/dev/null to discard it) instead of closing it", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def entry() -> None:
@@ -228,6 +240,8 @@ def entry() -> None:
       tearing the runtime down under them dies of SIGSEGV;
     - Ctrl-C during the teardown is ignored: the teardown restores SIGINT's default
       action, and a late Ctrl-C would kill the process silently (-SIGINT)."""
+    if sys.stdout is None:     # started with stdout closed (`obscura ... >&-`)
+        stdout_closed()
     interrupt.install()
     sys.stdout = StdoutAfterReader(sys.stdout)
     try:
