@@ -176,6 +176,12 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
         return code
     except KeyboardInterrupt:
         return interrupted(prog)
+    except SystemExit as e:   # sys.exit in a user's model module: blamed, never a silent exit
+        line = blame.exit_line(e)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return reader_gone()
     except (ObscuraError, OSError) as e:
