@@ -94,6 +94,26 @@ def add_model_module(p: argparse.ArgumentParser) -> None:
                         "(default: only the built-in llama and gpt models)")
 
 
+def ascii_int(text: str) -> int:
+    """argparse's `type=int` with ASCII digits only (schedules.sizes.parse_int)."""
+    try:
+        return parse_int(text)
+    except ObscuraError:
+        raise ValueError(text) from None
+
+
+def ascii_float(text: str) -> float:
+    """argparse's `type=float` with ASCII digits only (schedules.sizes.parse_real)."""
+    try:
+        return parse_real(text)
+    except ObscuraError:
+        raise ValueError(text) from None
+
+
+ascii_int.__name__, ascii_float.__name__ = "int", "float"   # argparse names the type in its line
+ASCII_TYPES = {int: ascii_int, float: ascii_float}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="obscura", formatter_class=DefaultsHelpFormatter,
@@ -103,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"obscura_jax.cli.commands.{name}").add_parser(sub)
     for command in sub.choices.values():
         command.formatter_class = DefaultsHelpFormatter
+        for action in command._actions:     # every number flag, whoever declared it: ASCII digits only
+            action.type = ASCII_TYPES.get(action.type, action.type)
     return parser
 
 
