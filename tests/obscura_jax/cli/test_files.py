@@ -144,3 +144,38 @@ def test_outputs_never_land_on_inputs_or_each_other(tmp_path, monkeypatch):
     check_files(ns(data="synthetic", json="synthetic"))       # a keyword is no file
     check_files(ns(schedule="1f1b", json="1f1b"))             # nor a generator's name
     assert not os.path.exists("/nonexistent-obscura")
+
+
+def test_each_command_answers_before_any_work(capsys, tmp_path, monkeypatch):
+    """The same checks end to end, with default flags: one line, exit 2, no file
+    written or changed (the fuzz's lost and damaged files)."""
+    from tests.obscura_jax.cli.commands import badinput
+    sim = ["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4"]
+    assert badinput.run(capsys, sim + ["--schedule-json", str(tmp_path / "s.json"),
+                                       "--torch-csv", str(tmp_path / "t.csv")])[0] == 0
+    for name in ("prof.json", "plan.json", "c.json", "tok.npy", "cal.json"):
+        (tmp_path / name).write_text("{}")
+    os.symlink("s.json", tmp_path / "link.json")
+    os.symlink("/nonexistent-obscura/x", tmp_path / "dangling.json")
+    cases = [
+        (["plan", "--profile", "prof.json", "--stages", "2", "--microbatches", "2", "--memory-limit", "1GiB",
+          "--json", "prof.json"], "--json prof.json would overwrite the input --profile prof.json"),
+        (["simulate", "--from-schedule", "s.json", "--json", "s.json"], "would overwrite the input --from-schedule"),
+        (["simulate", "--from-schedule", "s.json", "--json", "link.json"], "--json link.json would overwrite"),
+        (["simulate", "--from-torch-csv", "t.csv", "--torch-csv", "t.csv"], "would overwrite the input"),
+        (sim + ["--costs", "c.json", "--json", "c.json"], "would overwrite the input --costs c.json"),
+        (sim + ["--calibration", "cal.json", "--trace", "cal.json"], "would overwrite the input --calibration"),
+        (sim + ["--json", "same.json", "--trace", "same.json"], "--json same.json and --trace same.json name one file"),
+        (sim + ["--json", "dangling.json"], "--json dangling.json: is a symlink to /nonexistent-obscura/x"),
+        (["sweep", "--model", "llama2-13b", "--seq-len", "4096", "--gpus", "8", "--json", "x", "--csv", "x"],
+         "--json x and --csv x name one file"),
+        (["train", "--plan", "plan.json", "--json", "plan.json"], "--json plan.json would overwrite the input --plan"),
+        (["train", "--data", "tok.npy", "--trace", "tok.npy"], "--trace tok.npy would overwrite the input --data"),
+        (["train", "--checkpoint-dir", "out.json", "--json", "out.json"],
+         "--json out.json and --checkpoint-dir out.json name one file"),
+        (["train", "--xla-profile", "/proc/obscura-xla"], "--xla-profile /proc/obscura-xla: cannot write there"),
+        (["train", "--checkpoint-dir", "/proc/obscura-ck"], "--checkpoint-dir /proc/obscura-ck: cannot write there"),
+    ]
+    for argv, needle in cases:
+        badinput.check(capsys, tmp_path, monkeypatch, argv, needle)
+    assert not os.path.exists("/nonexistent-obscura")
