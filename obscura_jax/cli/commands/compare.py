@@ -105,8 +105,7 @@ def run(args):
     for name, kw in items:    # every item checked (and its schedule built) before the first one runs
         cfg = item_config(args, name, kw)
         cfg.resolve(cfg.model_config())
-    check_out(Path(args.out))
-    check_writable(args.json, "--json")
+    check_out(Path(args.out))       # (--json and --out are where they can be written: cli/files.py)
     return run_with_processes(args, args.stages or DEFAULT_STAGES,
                               lambda place, group: _compare(args, items, place, group))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import models
 from obscura_jax.cli.blame import check_user_model
 from obscura_jax.cli.main import add_model_module
-from schedules.jsonio import check_writable, write_json_atomic
+from schedules.jsonio import write_json_atomic
 from schedules.sizes import format_bytes
 
 
@@ -53,8 +53,6 @@ def format_report(info: dict) -> str:
 
 def run(args):
     from models.info import model_info  # lazy: JAX
-
-    check_writable(args.json, "--json")
 
     overrides = {"attention_impl": args.attention} if args.attention else {}
     cfg = models.get_config(args.model, **overrides)

@@ -10,7 +10,6 @@ from planner.names import SYSTEMS as _NAMES
 from planner.profile import MAX_LAYERS, derive_profile, load_profile
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
-from schedules.jsonio import check_writable
 from schedules.sizes import format_bytes, parse_bytes
 
 
@@ -110,7 +109,6 @@ def check_plan_args(args) -> None:
     reserve = parse_bytes(args.reserve, "reserve (--reserve)", allow_zero=True)
     if reserve >= limit:
         raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
-    check_writable(args.json, "--json")
 
 
 def calibrated_line(res, cal) -> str:

@@ -11,7 +11,6 @@ from obscura_jax.cli.main import add_model_module
 from obscura_jax.devices import request_host_devices
 from obscura_jax.errors import UsageError
 from planner.profile import MAX_LAYERS, derive_profile, save_profile
-from schedules.jsonio import check_writable
 from schedules.sizes import format_bytes
 
 
@@ -57,7 +56,6 @@ def check_args(args) -> None:
     for flag, v in (("--host-bandwidth", args.host_bandwidth), ("--p2p-bandwidth", args.p2p_bandwidth)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a finite number of bytes/s > 0, got {v} (leave it out to measure)")
-    check_writable(args.json, "--json")
 
 
 def run(args):

@@ -250,6 +250,7 @@ def check_run_size(cfg: RunConfig, group) -> None:
     a user's model module to the unit contract (obscura_jax.cli.blame)."""
     import jax  # lazy: JAX starts after the devices are chosen
     model = cfg.model_config()
+    cfg.check_layout(model)      # a layout the model cannot run (cuDNN off a GPU, T not dividing heads) first
     check_host_memory(model, cfg.optimizer, cfg.micro_batch_size, cfg.seq_len, cfg.microbatches or 1,
                       platform=jax.default_backend(), state=group.size == 1, kept=lambda: kept_bytes(cfg, model))
     check_user_model(model, cfg.seq_len, max(cfg.micro_batch_size // cfg.data_parallel, 1))

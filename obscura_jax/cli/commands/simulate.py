@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
 from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_stages
-from schedules.jsonio import check_writable, read_json, write_json_atomic
+from schedules.jsonio import read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.sizes import parse_int, parse_real, split_items
 from schedules.text import timeline_ascii
@@ -231,10 +230,6 @@ def _predicted(schedule, costs, cal) -> str:
 
 
 def run(args):
-    for flag in ("json", "schedule_json", "torch_csv", "trace", "gantt"):
-        check_writable(getattr(args, flag), "--" + flag.replace("_", "-"))
-    if args.gantt:
-        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
     schedule, costs = _load(args)
     schedule, costs, cal = _realism(args, schedule, costs)
     timeline = simulate(schedule, costs)
