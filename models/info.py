@@ -23,8 +23,8 @@ from models.config import ModelConfig, ModelConfigError
 from models.layers import resolve_attention_impl
 from models.registry import get_family, ops_for, preset_names, preset_ops, unit_ops
 from models.policy import RecomputePolicy, resolve_policy
-from models.stage import unit_apply_fn
-from models.units import (abstract_unit_params, count_params, leaf_bytes, tree_bytes, tree_size,
+from models.stage import model_loss, unit_apply_fn
+from models.units import (abstract_unit_params, count_params, init_params, leaf_bytes, tree_bytes, tree_size,
                           unit_kind, unit_names, unit_param_count)
 
 
@@ -160,6 +160,88 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """6N + 12*L*H*Q*T: forward+backward FLOPs per token (MFU convention: full,
     non-causal attention; recompute not counted)."""
     return 6 * flops_params(cfg) + 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * seq_len
+
+
+class UnitContractError(ModelConfigError):
+    """A unit that breaks the family's contract; `kind` says which."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _unit_call(cfg: ModelConfig, kind: str):
+    """(function, abstract args) of one unit's forward as the engine calls it."""
+    fn = unit_apply_fn(cfg, kind, "none")
+    params = abstract_unit_params(cfg, kind)
+    if kind == "head" and cfg.tie_embeddings:
+        table = abstract_unit_params(cfg, "embed")["tokens"]["embedding"]
+        return (lambda p, x, t: fn(p["head"], x, t, p["table"])), {"head": params, "table": table}
+    return fn, params
+
+
+def tagged_names(jaxpr) -> set[str]:
+    """Every checkpoint_name in a jaxpr, its sub-jaxprs (checkpoint, pjit, custom_vjp) included."""
+    names: set[str] = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "name":
+            names.add(eqn.params.get("name"))
+        for value in eqn.params.values():
+            for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names |= tagged_names(inner)
+    return names
+
+
+def check_units(cfg: ModelConfig, seq_len: int, micro_batch: int) -> None:
+    """The unit contract of the family's registration (models.registry), on traced
+    programs (nothing allocated): embed, attn, mlp and block return [B,T,D] floats
+    (or (y, aux) with a scalar float aux loss), the head a scalar float loss, and
+    every op the family registers for a kind is tagged with checkpoint_name in that
+    kind's traced forward. One ModelConfigError naming the unit kind and its class."""
+    check_sizes(cfg, seq_len, micro_batch)
+    family = get_family(cfg.family)
+    for kind in family.kinds:
+        cls = family.unit_class(kind)
+        where = f"the {cfg.family} family's {kind} unit ({getattr(cls, '__qualname__', cls)})"
+        fn, params = _unit_call(cfg, kind)
+        closed, out = jax.make_jaxpr(fn, return_shape=True)(params, *_input_specs(cfg, kind, seq_len, micro_batch))
+        if kind == "head":
+            if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+                raise UnitContractError(f"{where} returns {_describe(out)}: the head returns a scalar float loss", kind)
+        else:
+            y, aux = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+            want = (micro_batch, seq_len, cfg.hidden)
+            if getattr(y, "shape", None) != want or not jnp.issubdtype(y.dtype, jnp.floating):
+                raise UnitContractError(f"{where} returns {_describe(y)}: a unit returns floats of shape {want} "
+                                       "([B, T, hidden])", kind)
+            if aux is not None and (getattr(aux, "shape", None) != () or not jnp.issubdtype(aux.dtype, jnp.floating)):
+                raise UnitContractError(f"{where} returns an auxiliary loss of {_describe(aux)}: it must be a "
+                                       "scalar float", kind)
+        missing = [op for op in family.unit_ops(kind) if op not in tagged_names(closed.jaxpr)]
+        if missing:
+            raise UnitContractError(f"{where} never tags {missing[0]!r} (checkpoint_name) in its forward, though "
+                                   f"the family registers it among the {kind} ops", kind)
+
+
+def _describe(x) -> str:
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)}"
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    return f"{dtype} of shape {shape}" if shape is not None else type(x).__name__
+
+
+def check_finite_loss(cfg: ModelConfig, seq_len: int) -> None:
+    """One layer of `cfg` with real parameters (seed 0) on one row of random tokens
+    gives a finite loss, else one ModelConfigError. Allocates that one-layer model:
+    for a family's own check (model-info of a user module), not for every config."""
+    small = cfg.replace(num_layers=1)
+    tokens = jax.random.randint(jax.random.key(0), (1, seq_len), 0, cfg.vocab_size, jnp.int32)
+    loss = jax.jit(lambda p, t: model_loss(small, p, t, t))(init_params(small, 0), tokens)
+    if not bool(jnp.isfinite(loss)):
+        raise ModelConfigError(f"{cfg.name} gives a loss of {float(loss)} on one layer, seed 0 and random tokens: "
+                               "a model's loss must be finite")
 
 
 def model_info(cfg: ModelConfig, seq_len: int, micro_batch: int) -> dict:

@@ -265,6 +265,8 @@ def load_model_module(spec: str):
         raise ModelConfigError(f"model module {spec}: cannot import it ({e})") from None
     except SyntaxError as e:
         raise ModelConfigError(f"model module {spec}: syntax error at line {e.lineno}: {e.msg}") from None
+    except SystemExit as e:   # a module that registers models must not end the program
+        raise ModelConfigError(f"model module {spec} called sys.exit({e.code!r}) while importing") from None
     except Exception as e:  # the user's code failed while registering: name the module and the error
         raise ModelConfigError(f"model module {spec} failed while importing: "
                                f"{type(e).__name__}: {e}") from None

@@ -55,7 +55,7 @@ def parse_devices(spec: str | None, needed: int) -> tuple[str, int]:
     if spec is None:
         request_host_devices(max(needed, 1))
         return "auto", needed
-    m = re.fullmatch(r"cpu:(\d+)", spec)
+    m = re.fullmatch(r"cpu:([0-9]+)", spec)     # ASCII digits (\d takes any script's)
     if m:
         n = int(m.group(1))
         if n < 1:

@@ -6,12 +6,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from models.errors import ObscuraError
+from models.registry import get_family
 from planner.costs import Partition, check_partition
 from planner.errors import PlanError
 from planner.names import family_of
 from planner.plan_families import FamilySummary, family_from_json
 from planner.plan_meta import PlanSource, layout_from_json, source_from_json
+from planner.profile import family_of as profile_family_of
 from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
+from schedules.deps import dependency_map
 from schedules.generators import CHUNKED
 from schedules.jsonio import load_document, write_json_atomic
 
@@ -93,6 +97,10 @@ class Plan:
             raise PlanError(f"plan lists {len(stages)} stages for num_stages={self.num_stages}")
         check_partition([st.units for st in stages], stages[-1].units[1])
         object.__setattr__(self, "stages", stages)
+        for s, st in enumerate(stages):
+            if st.swap_blocks > self.num_microbatches:
+                raise PlanError(f"plan stage {s} swaps {st.swap_blocks} blocks, more than the plan's "
+                                f"{self.num_microbatches} micro-batches")
         if any(st.actions for st in stages) and not all(st.actions for st in stages):
             raise PlanError("plan gives 'actions' for some stages but not all")
         t = self.predicted_iteration_time
@@ -105,6 +113,10 @@ class Plan:
         object.__setattr__(self, "baselines", base)
         if self.source is not None and not isinstance(self.source, PlanSource):
             raise PlanError(f"plan source must be a PlanSource, got {type(self.source).__name__}")
+        units = source_units(self.source)
+        if units is not None and units != stages[-1].units[1]:
+            raise PlanError(f"plan stages cover units 0..{stages[-1].units[1] - 1}, but its model "
+                            f"{self.source.model} ({self.source.num_layers} layers) has {units} units")
         v = self.virtual_stages
         if isinstance(v, bool) or not isinstance(v, int) or v < 1 or self.num_stages % v:
             raise PlanError(f"plan 'virtual_stages' must divide num_stages={self.num_stages}, got {v!r}")
@@ -216,11 +228,27 @@ def plan_from_json(d: Any) -> Plan:
         raise PlanError("plan 'families' must be a list and 'baseline_needs' an object")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in needs.values()):
         raise PlanError("plan 'baseline_needs' must map baselines to byte counts")
-    return Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
+    plan = Plan(d["num_stages"], d["num_microbatches"], d["memory_limit"], d["schedule"], tuple(stages),
                 d["predicted_iteration_time"], tuple(d["baselines"].items()), source_from_json(d),
                 d.get("virtual_stages", 1), tuple(d.get("stage_to_device", ())), tuple(map(tuple, rows)),
                 tuple(order), data, tensor, tuple(family_from_json(f) for f in families),
                 tuple(needs.items()), d.get("weight_grad", "hold"))
+    if d.get("family", plan.family) != plan.family:
+        raise PlanError(f"plan 'family' {str(d['family'])[:40]!r} is not the family of its schedule "
+                        f"{plan.schedule!r} ({plan.family})")
+    return plan
+
+
+def source_units(source: PlanSource | None) -> int | None:
+    """The unit count of the model a plan was made for (None: no source, or a
+    model family not registered here)."""
+    if source is None:
+        return None
+    try:
+        kinds = get_family(profile_family_of(source.model)).layer_kinds
+    except ObscuraError:
+        return None
+    return len(kinds) * source.num_layers + 2
 
 
 def load_plan(path) -> Plan:
@@ -235,7 +263,55 @@ def plan_to_schedule(plan: Plan) -> Schedule:
     """The plan's Schedule (validated): the stages' recorded orders when the plan
     has them (`obscura plan` writes them: Obscura's order depends on the cost model
     it was generated under), else its generator's default order; each stage's
-    recompute set and swap settings from the plan."""
+    recompute set and swap settings from the plan. A recorded order's swap blocks
+    must fit its warm-up, and a recorded issue order must be one the engine can
+    run (check_issue_order)."""
+    sched = _schedule(plan)
+    if plan.device_rows or plan.stages[0].actions:
+        check_recorded_swaps(plan, sched)
+    check_issue_order(plan.issue_order, sched)
+    return sched
+
+
+def check_recorded_swaps(plan: Plan, sched: Schedule) -> None:
+    """Each stage swaps out at most its warm-up forwards minus one resident block
+    (the generators' rule, for orders they did not generate)."""
+    for s, st in enumerate(plan.stages):
+        acts = [a for row in sched.rows for a in row if a.stage == s]
+        first_bwd = next((i for i, a in enumerate(acts) if a.kind.value in ("B", "I")), len(acts))
+        warm = sum(1 for a in acts[:first_bwd] if a.kind.value == "F")
+        if st.swap_blocks > max(warm - 1, 0):
+            raise PlanError(f"plan stage {s} swaps {st.swap_blocks} blocks; its order runs {warm} warm-up "
+                            f"forwards, so at most {max(warm - 1, 0)} (one block stays resident)")
+
+
+def check_issue_order(order: tuple[str, ...], sched: Schedule) -> None:
+    """A recorded issue order: every action of the schedule exactly once, each
+    after its device's previous action and everything it waits on (schedules.deps)."""
+    if not order:
+        return
+    acts = {a.long: a for row in sched.rows for a in row}
+    pos: dict = {}
+    for i, label in enumerate(order):
+        a = acts.get(label)
+        if a is None:
+            raise PlanError(f"plan 'issue_order' item {i} ({str(label)[:20]!r}) is not an action of its schedule")
+        if a in pos:
+            raise PlanError(f"plan 'issue_order' lists {label} twice")
+        pos[a] = i
+    if len(pos) != len(acts):
+        missing = next(label for label, a in acts.items() if a not in pos)
+        raise PlanError(f"plan 'issue_order' leaves out {missing} ({len(pos)} of {len(acts)} actions)")
+    deps = dependency_map(sched)
+    for row in sched.rows:
+        for j, a in enumerate(row):
+            late = next((x for x in ([row[j - 1]] if j else []) + list(deps[a]) if pos[x] > pos[a]), None)
+            if late is not None:
+                raise PlanError(f"plan 'issue_order' issues {a.long} before {late.long}, which it waits on")
+
+
+def _schedule(plan: Plan) -> Schedule:
+    """plan_to_schedule's Schedule, before the checks of recorded orders."""
     if plan.device_rows:   # several stages per device: the devices' recorded rows
         specs = tuple(StageSpec((), st.recompute, st.swap_fraction if st.swap_blocks else 0.0, st.swap_blocks)
                       for st in plan.stages)

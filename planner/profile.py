@@ -40,11 +40,12 @@ from typing import Any, Iterable, Mapping
 
 from models.config import CONFIGS
 from models.errors import ObscuraError
-from models.registry import BLOCK_KINDS, LAYOUTS, UNIT_KINDS, family_names, ops_for
+from models.registry import BLOCK_KINDS, LAYOUTS, UNIT_KINDS, family_names, ops_for, unit_ops
 from planner.errors import ProfileError
 from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
+MAX_LAYERS = 4096     # a bound of the planner, which walks every unit: 32x the layers of today's largest models
 _OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
                        "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
@@ -216,6 +217,9 @@ class Profile:
             raise ProfileError(f"profile device must be a non-empty string, got {self.device!r}")
         for name in ("num_layers", "seq_len", "micro_batch"):
             _integer(f"profile {name}", getattr(self, name))
+        if self.num_layers > MAX_LAYERS:
+            raise ProfileError(f"profile num_layers must be <= {MAX_LAYERS} (a bound of the planner, which walks "
+                               f"every unit), got {self.num_layers}")
         for name in ("host_bandwidth", "p2p_bandwidth"):
             object.__setattr__(self, name, _number(f"profile {name}", getattr(self, name), positive=True))
         object.__setattr__(self, "p2p_latency", _number("profile p2p_latency", self.p2p_latency))
@@ -280,7 +284,16 @@ class Profile:
                                      for n, o in u.ops}}
                       for kind, u in self.units},
             **({} if self.layer_recompute_time is None else {"layer_recompute_time": self.layer_recompute_time}),
+            **({} if self.offered_ops() is None else {"offered_ops": list(self.offered_ops())}),
         }
+
+    def offered_ops(self) -> tuple[str, ...] | None:
+        """The ops a profile offers for recompute when it lists fewer than its family
+        has (`obscura profile --policy-ops`), else None (it lists them all)."""
+        listed = set(self.op_names)
+        if all(op in listed for kind, _ in self.units for op in unit_ops(self.family, kind)):
+            return None
+        return tuple(sorted(listed))
 
 
 _TOP_KEYS = ("model", "device", "num_layers", "seq_len", "micro_batch", "host_bandwidth",
@@ -332,8 +345,24 @@ def profile_from_json(d: Any) -> Profile:
     for key in ("host_bandwidth", "p2p_bandwidth", "p2p_latency"):
         _number(f"profile {key}", top[key], positive=key != "p2p_latency")
     layer = d.get("layer_recompute_time")
-    return Profile(**top, units=tuple(parsed.items()),
+    prof = Profile(**top, units=tuple(parsed.items()),
                    layer_recompute_time=None if layer is None else _number("profile layer_recompute_time", layer))
+    check_ops_listed(prof, d.get("offered_ops"))
+    return prof
+
+
+def check_ops_listed(prof: Profile, offered) -> None:
+    """Every op of the family's unit kinds is listed, or every op of those the
+    profile says it offers (`offered_ops`, written by a `--policy-ops` profile):
+    an op left out would vanish from the plan's memory instead of being kept."""
+    if offered is not None and (not isinstance(offered, list) or not all(isinstance(o, str) for o in offered)):
+        raise ProfileError("profile 'offered_ops' must be a list of op names")
+    for kind, unit in prof.units:
+        listed = set(unit.op_names)
+        missing = [op for op in unit_ops(prof.family, kind) if op not in listed and (offered is None or op in offered)]
+        if missing:
+            raise ProfileError(f"units.{kind} is missing op {missing[0]!r} of the {prof.family} family (a profile "
+                               "lists every op of its unit kinds, or names those it offers in 'offered_ops')")
 
 
 def load_profile(path) -> Profile:

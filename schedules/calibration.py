@@ -35,6 +35,12 @@ from schedules.simulator import iteration_time, on_one_device
 
 FORMAT = "obscura-calibration/1"
 TERMS = ("action_overhead", "optimizer_s_per_byte", "link_sharing")
+# What makes physical sense (docs/formats.md): a launch or dispatch costs microseconds
+# to milliseconds, never a second; an optimizer step streams the weight state at a
+# memory's speed, never slower than 1 MB/s; a neighbour's copies take at most 90% of
+# a link.
+BOUNDS = {"action_overhead": (1.0, "1 s"), "optimizer_s_per_byte": (1e-6, "1e-6 s/B (1 MB/s)"),
+          "link_sharing": (0.9, "0.9")}
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,14 @@ def calibration_from_json(d) -> Calibration:
     assumed = d.get("assumed", list(TERMS))
     if not isinstance(assumed, list) or not all(isinstance(a, str) for a in assumed):
         raise ScheduleError("calibration 'assumed' must be a list of term names")
+    if not isinstance(d.get("fit", []), list) or not all(isinstance(r, dict) for r in d.get("fit", [])):
+        raise ScheduleError("calibration 'fit' must be a list of run objects")
+    if not isinstance(d.get("source", ""), str):
+        raise ScheduleError("calibration 'source' must be a string")
+    for name, (high, text) in BOUNDS.items():      # a file is in seconds: physical bounds hold
+        v = d.get(name, 0.0)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > high:
+            raise ScheduleError(f"calibration {name} must be in [0, {text}], got {v!r}")
     return Calibration(**{t: d.get(t, 0.0) for t in TERMS}, assumed=tuple(assumed),
                        source=str(d.get("source", "")), fit=tuple(d.get("fit", ())))
 
@@ -160,8 +174,6 @@ def sample_from_run(label: str, doc: dict) -> RunSample:
     ran = [sorted(o["action"] for o in row["ops"]) for row in doc["timeline"]["stages"]]
     if ran != [sorted(str(a) for a in st.actions) for st in sched.stages]:
         raise ScheduleError(f"{label}: the regenerated {doc['schedule']!r} schedule differs from the run's actions")
-    c = dict(doc["costs"])
-    c.pop("host_bandwidth_out", None), c.pop("host_bandwidth_in", None)
-    costs = StageCosts.from_json(c)
+    costs = StageCosts.from_json(doc["costs"])      # its host_bandwidth_out/_in ignored, as any reader does
     return RunSample(label, sched, costs, float(doc["iteration_time"]), float(doc.get("optimizer_time") or 0.0),
                      bool(doc.get("shared_devices")))

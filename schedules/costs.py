@@ -201,9 +201,7 @@ class StageCosts:
         if fmt != "obscura-costs/1":
             raise ScheduleError(f"costs JSON: format must be 'obscura-costs/1', got {fmt!r}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ScheduleError(f"costs JSON: unknown key(s) {unknown}; known: {sorted(known)}")
+        data = {k: v for k, v in data.items() if k in known}   # others ignored (docs/formats.md): newer writers' keys
         if not isinstance(data.get("fwd"), list) or not data["fwd"]:
             raise ScheduleError("costs JSON: 'fwd' must be a non-empty list (one forward time per stage)")
         p = len(data["fwd"])

@@ -50,8 +50,8 @@ class Kind(str, enum.Enum):
 
 COMPUTE_KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 BACKWARD_INPUT_KINDS = (Kind.B, Kind.I)     # the step that sends a gradient upstream
-_SHORT_RE = re.compile(r"^(SO|SI|F|B|I|W)(\d+)$")
-_LONG_RE = re.compile(r"^(\d+)(SO|SI|F|B|I|W)(\d+)$")
+_SHORT_RE = re.compile(r"^(SO|SI|F|B|I|W)([0-9]+)$")   # ASCII digits (\d takes any script's)
+_LONG_RE = re.compile(r"^([0-9]+)(SO|SI|F|B|I|W)([0-9]+)$")
 
 
 class _ActionFields(NamedTuple):

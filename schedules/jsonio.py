@@ -4,10 +4,15 @@ output goes through), and checking an output path before any work is done.
 
 Inputs are read within bounds, each breach one ObscuraError line naming the file:
 only a regular file is opened (a FIFO would block for ever, /dev/zero never end),
-at most MAX_READ_BYTES of it; JSON nested deeper than Python's parser goes
-(RecursionError) or holding an integer of over MAX_INT_DIGITS digits is refused.
+at most MAX_READ_BYTES of it; JSON nested more than MAX_JSON_DEPTH deep (a scan
+before parsing: Python's parser would raise RecursionError) or holding an integer
+of over MAX_INT_DIGITS digits is refused. `read_json` is the one bounded JSON
+reader: every file loader and the command line's checks of their inputs
+(obscura_jax/cli/files.py) go through it.
 An existing target that is not a regular file (a FIFO, a device node such as
-/dev/null) is never replaced: writing renames a finished file over the target."""
+/dev/null) is never replaced: writing renames a finished file over the target; a
+symlink whose target does not exist is never written through (that would create
+a file wherever it points, the filesystem root included)."""
 from __future__ import annotations
 
 import json
@@ -24,6 +29,7 @@ T = TypeVar("T")
 
 MAX_READ_BYTES = 256 * 2 ** 20
 MAX_INT_DIGITS = 1000
+MAX_JSON_DEPTH = 500         # well inside what Python's parser recurses to (about 1000 levels)
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
@@ -89,10 +95,17 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _target(path: str | os.PathLike) -> Path:
-    """Where writing `path` lands: through a symlink to the file it points at."""
+def _target(path: str | os.PathLike, flag: str = "") -> Path:
+    """Where writing `path` lands: through a symlink to the file it points at. A
+    symlink to nothing is refused (one ObscuraError line)."""
     path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.exists():
+        raise ObscuraError(f"{flag}{' ' if flag else ''}{path}: is a symlink to {os.readlink(path)}, which does "
+                           "not exist: refusing to write through it")
+    return target
 
 
 def check_writable(path: str | os.PathLike | None, flag: str, shown=None) -> None:
@@ -107,7 +120,7 @@ def check_writable(path: str | os.PathLike | None, flag: str, shown=None) -> Non
     shown = path if shown is None else shown
     if str(path).strip() == "":
         raise ObscuraError(f"{flag} is empty: give a file path")
-    target = _target(path)
+    target = _target(path, flag)
     if target.is_dir():
         raise ObscuraError(f"{flag} {shown}: is a directory, expected a file path")
     _check_replaceable(target, shown, flag)
@@ -172,11 +185,36 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     replace_atomically(path, write)
 
 
+def json_depth(text: str) -> int:
+    """Deepest [ / { nesting outside strings (a scan, no recursion)."""
+    depth = best = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Read JSON (read_text's bounds, then nesting and integer size), turning every
     failure into one ObscuraError line that names the file."""
     path = Path(path)
     text = read_text(path, what)
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ObscuraError(f"{what} {path}: JSON nested {depth} deep; at most {MAX_JSON_DEPTH} levels are read")
 
     def bounded_int(digits: str) -> int:
         n = len(digits.lstrip("-"))

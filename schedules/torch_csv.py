@@ -43,10 +43,10 @@ from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule, StageSpec
 from schedules.validator import validate
 
-_COMPUTE_RE = re.compile(r"^(\d+)(F|I|B|W)(\d+)$")
+_COMPUTE_RE = re.compile(r"^([0-9]+)(F|I|B|W)([0-9]+)$")   # ASCII digits only (\d takes any script's)
 _SKIPPED = ("REDUCE_GRAD", "UNSHARD", "RESHARD")
 _OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
-_OTHER_RE = re.compile(r"^(\d*)(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B|OVERLAP_F_B)(\d*)$")
+_OTHER_RE = re.compile(r"^([0-9]*)(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B|OVERLAP_F_B)([0-9]*)$")
 
 
 def _compute(text: str, rank: int, step: int, skipped: dict[str, int]) -> Action | None:

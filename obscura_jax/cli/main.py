@@ -32,9 +32,10 @@ from models.errors import ObscuraError
 from obscura_jax.cli import blame
 from obscura_jax.cli import interrupt
 from obscura_jax.cli.files import check_files
-from obscura_jax.cli.environment import check_environment
+from obscura_jax.cli.environment import check_environment, check_jax_environment
 from obscura_jax.errors import error_line
 from models.registry import load_model_module
+from schedules.sizes import parse_int, parse_real
 
 COMMANDS = ("simulate", "model_info", "profile", "plan", "train", "compare", "sweep")
 PIPE_CLOSED = 141   # 128 + SIGPIPE
@@ -93,6 +94,26 @@ def add_model_module(p: argparse.ArgumentParser) -> None:
                         "(default: only the built-in llama and gpt models)")
 
 
+def ascii_int(text: str) -> int:
+    """argparse's `type=int` with ASCII digits only (schedules.sizes.parse_int)."""
+    try:
+        return parse_int(text)
+    except ObscuraError:
+        raise ValueError(text) from None
+
+
+def ascii_float(text: str) -> float:
+    """argparse's `type=float` with ASCII digits only (schedules.sizes.parse_real)."""
+    try:
+        return parse_real(text)
+    except ObscuraError:
+        raise ValueError(text) from None
+
+
+ascii_int.__name__, ascii_float.__name__ = "int", "float"   # argparse names the type in its line
+ASCII_TYPES = {int: ascii_int, float: ascii_float}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="obscura", formatter_class=DefaultsHelpFormatter,
@@ -102,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"obscura_jax.cli.commands.{name}").add_parser(sub)
     for command in sub.choices.values():
         command.formatter_class = DefaultsHelpFormatter
+        for action in command._actions:     # every number flag, whoever declared it: ASCII digits only
+            action.type = ASCII_TYPES.get(action.type, action.type)
     return parser
 
 
@@ -175,6 +198,12 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
         return code
     except KeyboardInterrupt:
         return interrupted(prog)
+    except SystemExit as e:   # sys.exit in a user's model module: blamed, never a silent exit
+        line = blame.exit_line(e)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return reader_gone()
     except (ObscuraError, OSError) as e:
@@ -209,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body():
         check_environment()
+        check_jax_environment(args.command.replace("-", "_"))
         check_files(args)
         load_model_modules(args)
         return args.func(args)
@@ -217,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def stdout_closed() -> None:
+    """Every command prints its report on stdout: with stdout closed (not redirected:
+    closed, so the next file opened would take its descriptor and receive the
+    report) one line says so, exit 2, before anything is read or written."""
+    if sys.stderr is not None:
+        print("obscura: error: stdout is closed: the command prints its report there; redirect it "
+              "(>/dev/null to discard it) instead of closing it", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def entry() -> None:
@@ -228,6 +268,8 @@ def entry() -> None:
       running, and tearing the runtime down under them dies of SIGSEGV;
     - Ctrl-C and SIGTERM during the teardown are ignored: the teardown restores their
       default actions, and a late one would kill the process silently (-SIGINT)."""
+    if sys.stdout is None:     # started with stdout closed (`obscura ... >&-`)
+        stdout_closed()
     interrupt.install()
     sys.stdout = StdoutAfterReader(sys.stdout)
     try:

@@ -4,22 +4,11 @@ a Gantt chart (PNG + SVG) and the StageCosts JSON it was simulated with."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from schedules import io
-from schedules.jsonio import check_writable, write_json_atomic
+from schedules.jsonio import write_json_atomic
 from schedules.torch_csv import save_torch_csv
 from schedules.trace import write_trace
-
-FLAGS = ("schedule_json", "torch_csv", "trace", "gantt")
-
-
-def check_outputs(args, flags=FLAGS) -> None:
-    """Every output location checked before any work (the Gantt's SVG beside its PNG)."""
-    for flag in flags:
-        check_writable(getattr(args, flag, None), "--" + flag.replace("_", "-"))
-    if getattr(args, "gantt", None):
-        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
 
 
 def write_outputs(args, schedule, timeline, costs=None, title: str | None = None) -> None:

@@ -15,6 +15,7 @@ from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from obscura_jax.runtime.weight_grad import HEAD_WEIGHT_GRAD, WEIGHT_GRAD_MODES, WeightGrad
 from schedules.generators import check_pipeline_size
+from schedules.sizes import parse_int, split_items
 
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
 from schedules.io import load_schedule
@@ -23,7 +24,13 @@ from schedules.sizes import parse_bytes
 from schedules.validator import validate
 
 SWAP_MECHANISMS = ("device_put", "jit")
+DEFAULT_STAGES, DEFAULT_MICROBATCHES = 4, 8     # a run given neither, nor a schedule file or plan
 MAX_RUN_MICROBATCHES = 4096    # per step: each is dispatched op by op on every stage
+
+
+def default_warmup_steps(steps: int) -> int:
+    """Warm-up steps when none are given: 1, or 0 for a one-step run (its one step is timed)."""
+    return 1 if steps > 1 else 0
 
 
 def parse_adjusted(text):
@@ -34,8 +41,8 @@ def parse_adjusted(text):
     if text == "all":
         return "all"
     try:
-        vals = tuple(int(t) for t in text.split(","))
-    except ValueError:
+        vals = tuple(parse_int(t) for t in split_items(text, "--adjusted"))
+    except ObscuraError:
         raise UsageError(f"--adjusted must be K, all or a comma list of stages, got {text!r}") from None
     return vals[0] if len(vals) == 1 else vals
 
@@ -43,8 +50,8 @@ def parse_adjusted(text):
 @dataclass(frozen=True)
 class RunConfig:
     model: str = "llama2-tiny"
-    stages: int | None = None          # None: from the schedule file / plan, else 4
-    microbatches: int | None = None    # None: from the schedule file / plan, else 8
+    stages: int | None = None          # None: from the schedule file / plan, else DEFAULT_STAGES
+    microbatches: int | None = None    # None: from the schedule file / plan, else DEFAULT_MICROBATCHES
     schedule: object = "1f1b"          # generator name, schedule JSON path, or a Schedule
     adjusted: object = None            # None | K | "all" | tuple of stages
     adjusted_policy: tuple[str, ...] = ("full",)
@@ -66,7 +73,7 @@ class RunConfig:
     optimizer: str = "adamw"
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
-    warmup_steps: int = 1
+    warmup_steps: int | None = None    # None: 1 (0 for a one-step run); must leave a timed step
     swap_mechanism: str = "device_put"
     swap_enabled: bool = True
     record_timeline: bool = True
@@ -87,6 +94,8 @@ class RunConfig:
         if not isinstance(self.schedule, (str, Schedule)):
             raise UsageError(f"RunConfig.schedule must be a generator name, a schedule JSON path or a "
                              f"Schedule, got {type(self.schedule).__name__}")
+        if isinstance(self.schedule, str) and not self.schedule.strip():
+            raise UsageError("--schedule is empty: give a generator name or a schedule JSON file")
         object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
         object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
         for name in ("steps", "micro_batch_size", "seq_len", "cost_reps", "data_parallel", "tensor_parallel"):
@@ -100,17 +109,23 @@ class RunConfig:
             raise UsageError(f"--virtual-stages must be >= 1, got {self.virtual_stages}")
         if self.virtual_stages is not None:     # the model stages it makes, before any is built
             try:
-                check_pipeline_size((self.stages or 4) * self.virtual_stages, self.microbatches)
+                check_pipeline_size((self.stages or DEFAULT_STAGES) * self.virtual_stages, self.microbatches)
             except ObscuraError as e:
-                raise UsageError(f"--virtual-stages {self.virtual_stages} on {self.stages or 4} stages: {e}") from None
+                raise UsageError(f"--virtual-stages {self.virtual_stages} on {self.stages or DEFAULT_STAGES} stages: "
+                                 f"{e}") from None
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
             raise UsageError(f"--seed must be an integer in 0..{MAX_SEED} (2**63 - 1), got {self.seed}")
         if self.swap_blocks < 0:
             raise UsageError(f"--swap-blocks must be >= 0, got {self.swap_blocks}")
         if not (0.0 <= self.swap_fraction <= 1.0) or math.isnan(self.swap_fraction):
             raise UsageError(f"--swap-fraction must be in [0, 1], got {self.swap_fraction}")
+        if self.warmup_steps is None:
+            object.__setattr__(self, "warmup_steps", default_warmup_steps(self.steps))
         if self.warmup_steps < 0 or self.checkpoint_every < 0:
             raise UsageError("--warmup-steps and --checkpoint-every must be >= 0")
+        if self.warmup_steps >= self.steps:
+            raise UsageError(f"--warmup-steps {self.warmup_steps} leaves no timed step of --steps {self.steps}: "
+                             "warm-up steps must be fewer than the steps")
         if self.swap_mechanism not in SWAP_MECHANISMS:
             raise UsageError(f"--swap-mechanism must be one of {', '.join(SWAP_MECHANISMS)}")
         if self.resume and not self.checkpoint_dir:
@@ -135,9 +150,9 @@ class RunConfig:
         if self.device_memory is not None:
             object.__setattr__(self, "device_memory", parse_bytes(self.device_memory, "--device-memory",
                                                                   error=UsageError))
-        check_recompute_names(self.adjusted_policy)
+        check_recompute_names(split_items(",".join(self.adjusted_policy), "--adjusted-policy", UsageError))
         if isinstance(self.policy, str):
-            check_recompute_names(tuple(t.strip() for t in self.policy.split(",") if t.strip()))
+            check_recompute_names(split_items(self.policy, "--policy", UsageError))
 
     def model_config(self):
         return models.get_config(self.model, **dict(self.model_overrides))
@@ -175,9 +190,16 @@ class RunConfig:
         """-> (Schedule, partition) validated against the model."""
         if self.plan:
             from planner.plan import load_plan, plan_to_schedule  # lazy: the planner loads JAX
+            from planner.errors import PlanError  # lazy: as above
             plan = load_plan(self.plan)
-            schedule = plan_to_schedule(plan)
+            try:
+                schedule = plan_to_schedule(plan)
+            except PlanError as e:
+                raise UsageError(f"plan {self.plan}: {e}") from None
             partition = plan_run.plan_partition(self, plan, cfg)
+            if partition[-1][1] != cfg.num_units:      # a plan without a recorded model is checked here
+                raise UsageError(f"plan {self.plan}: its stages cover units 0..{partition[-1][1] - 1}, but "
+                                 f"{cfg.name} has {cfg.num_units} units")
             self._check_counts(schedule, "plan " + self.plan)
         elif isinstance(self.schedule, Schedule):
             schedule = self.schedule
@@ -194,7 +216,8 @@ class RunConfig:
             chunks = {} if self.virtual_stages is None else {"virtual_stages": self.virtual_stages}
             try:
                 schedule = schedules.generate(
-                    self.schedule, self.stages or 4, self.microbatches or 8, adjusted=self.adjusted,
+                    self.schedule, self.stages or DEFAULT_STAGES, self.microbatches or DEFAULT_MICROBATCHES,
+                    adjusted=self.adjusted,
                     recompute=self.adjusted_policy, swap_blocks=self.swap_blocks,
                     swap_fraction=self.swap_fraction, **chunks)
             except schedules.ScheduleError as e:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+from models.errors import ObscuraError
 from obscura_jax.errors import RunError, UsageError
 from obscura_jax.runtime.stage_mesh import StageMesh, single
+from schedules.sizes import parse_int
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ def _available(platform: str) -> list:
 
 def parse_stage_devices(text: str, num_stages: int) -> tuple[int, ...]:
     try:
-        ids = tuple(int(t) for t in text.split(","))
-    except ValueError:
+        ids = tuple(parse_int(t) for t in text.split(","))
+    except ObscuraError:
         raise UsageError(f"--stage-devices must be comma-separated device indices, got {text!r}") from None
     if len(ids) != num_stages:
         raise UsageError(f"--stage-devices lists {len(ids)} devices for {num_stages} stages")

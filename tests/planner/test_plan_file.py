@@ -38,9 +38,11 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(PlanError, match=needle):
             load_plan(tmp_path / "bad.json")
-    # without recorded orders the generator's default order is used
+    # without recorded orders the generator's default order is used...
     d["stages"] = [{k: v for k, v in st.items() if k != "actions"} for st in d["stages"]]
-    validate(plan_to_schedule(plan_from_json(d)))
+    with pytest.raises(PlanError, match="plan 'issue_order' item .* is not an action of its schedule"):
+        plan_to_schedule(plan_from_json(d))       # ...and an issue order recorded for another order is refused
+    validate(plan_to_schedule(plan_from_json({k: v for k, v in d.items() if k != "issue_order"})))
 
 
 def test_the_stage_mesh_layout_round_trips_and_is_optional(tmp_path):
@@ -59,3 +61,33 @@ def test_the_stage_mesh_layout_round_trips_and_is_optional(tmp_path):
             plan_from_json({**d, "layout": bad})
     with pytest.raises(PlanError, match="data_parallel"):
         replace(plan, data_parallel=0)
+
+
+def test_a_plan_is_validated_as_a_whole(tmp_path):
+    """A plan file whose parts disagree is refused in one line before anything runs:
+    its family, swap blocks, recorded issue order and stage ranges are checked
+    against its schedule and its model, not only one by one."""
+    plan = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3))
+    good = plan.to_json()
+    order = good["issue_order"]
+    units = good["stages"][-1]["units"][1]
+
+    def swap(d, s, blocks):
+        d["stages"][s].update(swap_blocks=blocks, swap_fraction=0.5)
+    for mutate, needle in [
+            (lambda d: d.update(family="zigzag"), "plan 'family' 'zigzag' is not the family of its schedule"),
+            (lambda d: swap(d, 1, 10 ** 6), "plan stage 1 swaps 1000000 blocks, more than the plan's 8 micro-batches"),
+            (lambda d: swap(d, P - 1, 8), f"plan stage {P - 1} swaps 8 blocks; its order runs"),
+            (lambda d: d.update(issue_order=["9X9"] * len(order)), "item 0 ('9X9') is not an action of its schedule"),
+            (lambda d: d.update(issue_order=order[:-1] + order[:1]), f"plan 'issue_order' lists {order[0]} twice"),
+            (lambda d: d.update(issue_order=order[:-1]), f"plan 'issue_order' leaves out {order[-1]}"),
+            (lambda d: d.update(issue_order=order[::-1]), "which it waits on"),
+            (lambda d: d["stages"][-1].update(units=[d["stages"][-1]["units"][0], units + 2]),
+             f"plan stages cover units 0..{units + 1}, but its model"),
+            (lambda d: d.update(num_layers=10 ** 9), "has 2000000002 units")]:
+        bad = json.loads(json.dumps(good))
+        mutate(bad)
+        with pytest.raises(PlanError) as e:
+            plan_to_schedule(plan_from_json(bad))
+        assert needle in str(e.value) and "\n" not in str(e.value), (needle, str(e.value))
+    plan_to_schedule(plan_from_json(json.loads(json.dumps(good))))      # the plan as written runs

@@ -131,6 +131,9 @@ def _doc():
     (lambda d: d.update(host_bandwidth=0), "must be > 0"),
     (lambda d: d.update(num_layers=0), "positive integer"),
     (lambda d: d["units"]["attn"]["ops"]["q"].pop("act_bytes"), "missing 'act_bytes'"),
+    (lambda d: d["units"]["attn"]["ops"].pop("q"), "units.attn is missing op 'q' of the llama family"),
+    (lambda d: d.update(offered_ops="q"), "'offered_ops' must be a list of op names"),
+    (lambda d: d.update(num_layers=10 ** 9), "num_layers must be <= 4096 (a bound of the planner"),
 ])
 def test_malformed_profiles_are_rejected_with_one_line(mutate, needle):
     d = _doc()
@@ -149,7 +152,13 @@ def test_gpt_ops_are_not_llama_ops():
     d["model"] = "gpt3-something"
     d["units"]["attn"]["ops"] = {"qkv": {"fwd_time": 0.1, "act_bytes": 1}}
     d["units"]["mlp"]["ops"] = {"mlp_up": {"fwd_time": 0.1, "act_bytes": 1}}
-    assert profile_from_json(d).family == "gpt"
+    d["units"]["embed"]["ops"] = d["units"]["head"]["ops"] = {}
+    with pytest.raises(ProfileError, match="units.embed is missing op 'embed' of the gpt family"):
+        profile_from_json(d)          # an op left out would vanish from the plan's memory
+    d["offered_ops"] = ["qkv", "mlp_up"]          # what `profile --policy-ops qkv,mlp_up` writes
+    prof = profile_from_json(d)
+    assert prof.family == "gpt" and prof.to_json()["offered_ops"] == ["mlp_up", "qkv"]
+    assert "offered_ops" not in synthetic_profile().to_json()       # a profile of every op names none
 
 
 def test_load_profile_names_the_file(tmp_path):

@@ -81,3 +81,24 @@ def test_committed_h200_runs_are_predicted_within_5_percent():
         assert 0.95 <= r["measured_over_calibrated"] <= 1.05, r
     committed = load_calibration(ROOT / "results/h200/calibration.json")
     assert committed.optimizer_s_per_byte == pytest.approx(cal.optimizer_s_per_byte)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"action_overhead": 1e300}, "action_overhead must be in [0, 1 s], got 1e+300"),
+    ({"action_overhead": 2.0}, "action_overhead must be in [0, 1 s]"),
+    ({"optimizer_s_per_byte": 1e-3}, "optimizer_s_per_byte must be in [0, 1e-6 s/B (1 MB/s)]"),
+    ({"link_sharing": 0.95}, "link_sharing must be in [0, 0.9]"),
+    ({"action_overhead": float("inf")}, "must be a finite number >= 0"),
+    ({"action_overhead": -1e-6}, "must be a finite number >= 0"),
+    ({"fit": "runs"}, "'fit' must be a list of run objects"),
+    ({"source": 3}, "'source' must be a string"),
+])
+def test_a_calibration_file_holds_physical_values(change, needle, tmp_path):
+    """A calibration file is in seconds: each term within what makes physical sense
+    (docs/formats.md), else one line naming it."""
+    doc = {**Calibration(action_overhead=1e-4, optimizer_s_per_byte=1e-12).to_json(), **change}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScheduleError) as e:
+        load_calibration(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)

@@ -31,3 +31,25 @@ def test_parse_zero_only_when_allowed_and_the_error_class_is_the_callers():
     (80 * GiB, 2, "80.00 GiB"), (3 * 2 ** 40, 1, "3.0 TiB"), (-2 * GiB, 1, "-2.0 GiB")])
 def test_format(n, decimals, text):
     assert format_bytes(n, decimals) == text
+
+
+def test_integers_numbers_and_lists_take_ascii_digits_only():
+    """The one parser of typed values: other scripts' digits are no number (int()
+    and float() read "٣" as 3), an empty list item is a typo."""
+    from schedules.sizes import MAX_DIGITS, parse_int, parse_real, split_items
+    assert parse_int(" 12 ") == 12 and parse_int("-3") == -3 and parse_int(7) == 7
+    assert parse_real("1e-3") == 0.001 and parse_real(".5") == 0.5 and parse_real("inf") == float("inf")
+    assert split_items("a, b", "--policy") == ("a", "b") and split_items("full", "x") == ("full",)
+    for bad in ("٣", "١٢", "1.5", "", " ", "0x10", "1_000", "۱", "३"):
+        with pytest.raises(ObscuraError, match="--stages must be an integer \\(ASCII digits\\)"):
+            parse_int(bad, "--stages")
+    with pytest.raises(ObscuraError, match=f"integer of {MAX_DIGITS + 1} digits; at most {MAX_DIGITS}"):
+        parse_int("9" * (MAX_DIGITS + 1), "--layers")
+    for bad in ("١.٥", "e5", "", "1e", "abc", "1_0"):
+        with pytest.raises(ObscuraError, match="--lr must be a number \\(ASCII digits\\)"):
+            parse_real(bad, "--lr")
+    for bad, why in (("", "is empty"), (",,", "is empty"), ("1f1b,", "has an empty item"), ("a,,b", "empty item")):
+        with pytest.raises(ObscuraError, match=why):
+            split_items(bad, "--schedules")
+    with pytest.raises(ObscuraError, match="not a size"):
+        parse_bytes("٨٠GiB")

@@ -24,13 +24,18 @@ from pathlib import Path
 from obscura_jax.checkpoints.directory import DirectoryLock, beside_lock, check_unlocked
 from obscura_jax.cli.commands.layout_row import apply_layout
 from obscura_jax.cli.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
-                                           fill_defaults, run_config, run_with_processes)
+                                           check_run_size, fill_defaults, run_config, run_with_processes)
+from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import compare_report, train_report
 from schedules.jsonio import check_writable, write_json_atomic, write_text_atomic
+from obscura_jax.run.run_config import DEFAULT_STAGES
+from schedules.generators import SCHEDULES
+from schedules.sizes import parse_int, parse_real, split_items
 
 PLAIN = ("gpipe", "1f1b")
-ITEM_KEYS = {"adjusted": str, "swap_blocks": int, "swap_fraction": float, "adjusted_policy": str}
+DEFAULT_SCHEDULES = "1f1b,obscura"
+ITEM_KEYS = {"adjusted": str, "swap_blocks": parse_int, "swap_fraction": parse_real, "adjusted_policy": str}
 # The demo: llama2-tiny learning Python's own source text on 4 emulated CPU devices.
 DEMO = dict(model="llama2-tiny", data="stdlib", devices="cpu:4", stages=4, microbatches=8,
             micro_batch_size=4, seq_len=64, steps=40, lr=3e-3,
@@ -42,7 +47,8 @@ def add_parser(sub):
         "compare", help="run several schedules one after the other: one table + measured Gantt charts",
         description=__doc__.split("\n\n")[0])
     p.add_argument("--schedules", default=None,
-                   help="comma list of schedules, each NAME[:key=value...] (default 1f1b,obscura)")
+                   help=f"comma list of schedules, each NAME[:key=value...], NAME a generator ({', '.join(SCHEDULES)}) "
+                        f"(default {DEFAULT_SCHEDULES})")
     p.add_argument("--demo", action="store_true",
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
                         "1F1B vs Obscura (explicit flags still override)")
@@ -58,9 +64,7 @@ def add_parser(sub):
 
 def parse_items(text: str) -> list[tuple[str, dict]]:
     items = []
-    for raw in (t.strip() for t in text.split(",")):
-        if not raw:
-            continue
+    for raw in split_items(text, "--schedules", UsageError):
         name, *opts = raw.split(":")
         kw = {}
         for opt in opts:
@@ -70,20 +74,27 @@ def parse_items(text: str) -> list[tuple[str, dict]]:
                                  f"{', '.join(ITEM_KEYS)}")
             try:
                 kw[key] = ITEM_KEYS[key](value.replace("+", ",")) if key != "adjusted_policy" else \
-                    tuple(value.split("+"))
-            except ValueError:
+                    split_items(value.replace("+", ","), key)
+            except (ValueError, ObscuraError):
                 raise UsageError(f"bad value {value!r} for {key} in {raw!r}") from None
         items.append((name, kw))
-    if not items:
-        raise UsageError("--schedules lists no schedule")
+    labels = [item_label(name, kw) for name, kw in items]
+    twice = next((label for i, label in enumerate(labels) if label in labels[:i]), None)
+    if twice is not None:      # both runs would write the same files
+        raise UsageError(f"--schedules lists {twice!r} twice: each item runs once (give it other options to "
+                         "compare two settings)")
     return items
+
+
+def item_label(name: str, kw: dict) -> str:
+    """`name:key=value...`: the item's label in the table and its files' stem."""
+    return ":".join([name] + [f"{k}={v}" for k, v in kw.items()])
 
 
 def run(args):
     preset = dict(DEMO) if args.demo else {}
-    if args.schedules is not None and not args.schedules.strip(" ,"):
-        raise UsageError("--schedules lists no schedule")
-    args.schedules = args.schedules or preset.pop("schedules", None) or "1f1b,obscura"
+    if args.schedules is None:
+        args.schedules = preset.pop("schedules", None) or DEFAULT_SCHEDULES
     preset.pop("schedules", None)
     row = apply_layout(args)
     fill_defaults(args, preset)
@@ -94,9 +105,9 @@ def run(args):
     for name, kw in items:    # every item checked (and its schedule built) before the first one runs
         cfg = item_config(args, name, kw)
         cfg.resolve(cfg.model_config())
-    check_out(Path(args.out))
-    check_writable(args.json, "--json")
-    return run_with_processes(args, args.stages or 4, lambda place, group: _compare(args, items, place, group))
+    check_out(Path(args.out))       # (--json and --out are where they can be written: cli/files.py)
+    return run_with_processes(args, args.stages or DEFAULT_STAGES,
+                              lambda place, group: _compare(args, items, place, group))
 
 
 def item_config(args, name: str, kw: dict):
@@ -140,6 +151,7 @@ def _compare(args, items, place, group) -> int:
     """Every schedule in turn on the same devices; process 0 writes the outputs into
     a fresh temporary directory beside --out and moves it into place at the end, so
     an interrupted or failed compare leaves --out as it was."""
+    check_run_size(run_config(args), group)      # every item runs the same model and sizes
     lead = group.is_leader
     final = Path(args.out)
     out = lock = None
@@ -179,7 +191,7 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
     results, timelines, labels = [], [], []
     run_id = uuid.uuid4().hex[:12]
     for name, kw in items:
-        label = ":".join([name] + [f"{k}={v}" for k, v in kw.items()])
+        label = item_label(name, kw)
         cfg = item_config(args, name, kw)
         say(f"== {label}")
         outcome = train(cfg, place, progress=not args.no_progress, group=group)

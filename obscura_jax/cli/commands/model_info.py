@@ -4,8 +4,9 @@ programs; no weight is allocated)."""
 from __future__ import annotations
 
 import models
+from obscura_jax.cli.blame import check_user_model
 from obscura_jax.cli.main import add_model_module
-from schedules.jsonio import check_writable, write_json_atomic
+from schedules.jsonio import write_json_atomic
 from schedules.sizes import format_bytes
 
 
@@ -53,11 +54,10 @@ def format_report(info: dict) -> str:
 def run(args):
     from models.info import model_info  # lazy: JAX
 
-    check_writable(args.json, "--json")
-
     overrides = {"attention_impl": args.attention} if args.attention else {}
     cfg = models.get_config(args.model, **overrides)
     seq_len = args.seq_len if args.seq_len is not None else min(4096, cfg.max_seq_len)
+    check_user_model(cfg, seq_len, args.micro_batch, finite=True)    # a model module of the user's: its contract
     info = model_info(cfg, seq_len, args.micro_batch)
     print(format_report(info))
     if args.json:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import models
 from schedules.calibration import load_calibration
 from schedules.simulator import iteration_time, simulate
-from obscura_jax.cli.schedule_outputs import check_outputs, write_outputs
+from obscura_jax.cli.schedule_outputs import write_outputs
 from obscura_jax.cli.main import add_model_module
 from planner.names import SYSTEMS as _NAMES
-from planner.profile import derive_profile, load_profile
+from planner.profile import MAX_LAYERS, derive_profile, load_profile
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
-from schedules.jsonio import check_writable
 from schedules.sizes import format_bytes, parse_bytes
 
 
@@ -121,14 +120,14 @@ def check_plan_args(args) -> None:
                     ("--data-parallel", args.data_parallel), ("--tensor-parallel", args.tensor_parallel)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} must be >= 1, got {v}")
+    if args.layers is not None and args.layers > MAX_LAYERS:
+        raise UsageError(f"--layers must be <= {MAX_LAYERS} (a bound of the planner, which walks every unit), "
+                         f"got {args.layers}")
     check_pipeline_size(args.stages, args.microbatches)
     limit = parse_bytes(args.memory_limit, "memory limit (--memory-limit)")
     reserve = parse_bytes(args.reserve, "reserve (--reserve)", allow_zero=True)
     if reserve >= limit:
         raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
-    check_writable(args.json, "--json")
-    check_writable(args.costs_json, "--costs-json")
-    check_outputs(args)
 
 
 def export(args, res) -> None:

@@ -6,11 +6,11 @@ import math
 from dataclasses import replace
 
 import models
+from obscura_jax.cli.capacity import check_host_memory
 from obscura_jax.cli.main import add_model_module
 from obscura_jax.devices import request_host_devices
 from obscura_jax.errors import UsageError
-from planner.profile import derive_profile, save_profile
-from schedules.jsonio import check_writable
+from planner.profile import MAX_LAYERS, derive_profile, save_profile
 from schedules.sizes import format_bytes
 
 
@@ -50,10 +50,12 @@ def check_args(args) -> None:
                     ("--layers", args.layers)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} must be >= 1, got {v}")
+    if args.layers is not None and args.layers > MAX_LAYERS:
+        raise UsageError(f"--layers must be <= {MAX_LAYERS} (a bound of the planner, which walks every unit), "
+                         f"got {args.layers}")
     for flag, v in (("--host-bandwidth", args.host_bandwidth), ("--p2p-bandwidth", args.p2p_bandwidth)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a finite number of bytes/s > 0, got {v} (leave it out to measure)")
-    check_writable(args.json, "--json")
 
 
 def run(args):
@@ -66,6 +68,10 @@ def run(args):
 
     overrides = {"attention_impl": args.attention} if args.attention else {}
     cfg = models.get_config(args.model, **overrides)
+    if not args.analytic:      # one unit of each kind is built and run on this machine's first device
+        import jax  # lazy: started above, after the emulated devices were requested
+        check_host_memory(cfg, "adamw", args.micro_batch, args.seq_len, platform=jax.default_backend(),
+                          state=False, units=2)      # a unit and the head's logits at a time
     notes: list[str] = []
     if args.analytic:
         prof = analytic_profile(cfg, args.seq_len, args.micro_batch, args.analytic)

@@ -6,15 +6,19 @@ from __future__ import annotations
 import argparse
 
 import models
+from obscura_jax.cli.blame import check_user_model
+from obscura_jax.cli.capacity import check_device_count, check_host_memory, kept_bytes
 from obscura_jax.cli.main import add_model_module
 from obscura_jax.devices import parse_devices
 from obscura_jax.errors import UsageError
 from obscura_jax.processes.launch import process_spec, without_flag
 from obscura_jax.processes.supervise import launch_local
-from obscura_jax.run.run_config import RunConfig
+from obscura_jax.observe.step_time import timed
+from obscura_jax.run.run_config import DEFAULT_MICROBATCHES, DEFAULT_STAGES, RunConfig, default_warmup_steps
 from planner.plan_meta import layout_from_json, source_from_json
 from schedules.generators import CHUNKED
 from schedules.jsonio import read_json
+from schedules.sizes import split_items
 
 
 # Defaults of the flags a preset (compare --demo) may set; a flag left at None
@@ -33,15 +37,25 @@ def fill_defaults(args, preset: dict | None = None) -> None:
             setattr(args, key, value)
 
 
+def steps_help() -> str:
+    """--steps' help, from the defaults and the step timing's own rule (observe.step_time)."""
+    steps = FLAG_DEFAULTS["steps"]
+    warm = default_warmup_steps(steps)
+    return (f"total training steps (default {steps}: after {warm} warm-up step{'s' * (warm != 1)} (--warmup-steps), "
+            f"{len(timed(range(steps), warm))} steps are timed for the min/median/max step time)")
+
+
 def add_model_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and data")
-    g.add_argument("--model", default=None, help="model config name (default llama2-tiny)")
-    g.add_argument("--micro-batch-size", type=int, default=None, metavar="b", help="rows per micro-batch (default 2)")
-    g.add_argument("--seq-len", type=int, default=None, metavar="T", help="tokens per row (default 64)")
+    d = FLAG_DEFAULTS
+    g.add_argument("--model", default=None, help=f"model config name (default {d['model']})")
+    g.add_argument("--micro-batch-size", type=int, default=None, metavar="b",
+                   help=f"rows per micro-batch (default {d['micro_batch_size']})")
+    g.add_argument("--seq-len", type=int, default=None, metavar="T", help=f"tokens per row (default {d['seq_len']})")
     g.add_argument("--data", default=None, metavar="synthetic|stdlib|PATH",
                    help="synthetic = random tokens, stdlib = byte tokens of Python's own "
                         "standard library, or a token file (.npy, or raw memmap with --dtype) "
-                        "(default synthetic)")
+                        f"(default {d['data']})")
     g.add_argument("--dtype", default=None, choices=("uint16", "uint32"),
                    help="dtype of a raw token file (default: none; needed for a raw --data file)")
     g.add_argument("--seed", type=int, default=0, help="params and data seed, 0 .. 2**63-1 (default 0)")
@@ -53,12 +67,13 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
     add_model_module(g)
 
     g = p.add_argument_group("pipeline")
-    g.add_argument("--stages", type=int, default=None, metavar="P", help="pipeline stages (default 4)")
-    g.add_argument("--microbatches", type=int, default=None, metavar="M", help="micro-batches per step (default 8)")
+    g.add_argument("--stages", type=int, default=None, metavar="P", help=f"pipeline stages (default {DEFAULT_STAGES})")
+    g.add_argument("--microbatches", type=int, default=None, metavar="M",
+                   help=f"micro-batches per step (default {DEFAULT_MICROBATCHES})")
     g.add_argument("--policy", default=None, metavar="NAME|ops",
                    help="recompute policy of non-adjusted stages: a preset of the model's family "
                         "(llama, gpt: none, full, selective, mlp, cmb), `layer` (one checkpoint per "
-                        "transformer layer, keeping its input) or comma-separated op names (default none)")
+                        f"transformer layer, keeping its input) or comma-separated op names (default {d['policy']})")
     g.add_argument("--adjusted-policy", default="full", metavar="NAME|ops",
                    help="recompute set of adjusted stages: full (per unit), layer (per transformer layer, "
                         "DAPPLE+ as the paper runs it) or ops (default full)")
@@ -73,15 +88,14 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="device index per stage (default: round-robin over the devices)")
 
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=None,
-                   help="total training steps (default 6: after --warmup-steps and the recorded last step, "
-                        "4 steps are timed for the min/median/max step time)")
+    g.add_argument("--steps", type=int, default=None, help=steps_help())
     g.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd"), help="optax optimizer")
-    g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
+    g.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d['lr']:g})")
     g.add_argument("--weight-decay", type=float, default=None,
                    help="adamw weight decay, finite and >= 0 (default 0.01; adam and sgd take none)")
-    g.add_argument("--warmup-steps", type=int, default=1,
-                   help="steps excluded from the median iteration time (default 1)")
+    g.add_argument("--warmup-steps", type=int, default=None,
+                   help="steps excluded from the median iteration time, fewer than --steps (default "
+                        f"{default_warmup_steps(2)}; {default_warmup_steps(1)} for a one-step run)")
     add_weight_grad_args(g)
     g.add_argument("--swap-mechanism", default="device_put", choices=("device_put", "jit"),
                    help="how SO/SI move residuals (default device_put: overlaps on GPUs)")
@@ -149,6 +163,7 @@ def run_with_processes(args, num_stages: int, body) -> int:
     """body(place, group) -> exit code: in this process alone (group: the single one),
     as one process of several (--coordinator/--num-processes/--process-id or the
     OBSCURA_* variables), or by starting --processes N local ones running this command."""
+    check_device_count(args.devices, num_stages, layout_width(args), args.processes, args.devices_per_process)
     spec = process_spec(args.coordinator, args.num_processes, args.process_id, devices=args.devices,
                         devices_per_process=args.devices_per_process)
     if args.processes < 1:
@@ -217,10 +232,10 @@ def needed_stages(args) -> int:
     plan, sched = getattr(args, "plan", None), getattr(args, "schedule", None)
     path, what = (plan, "plan file") if plan else (sched, "schedule file")
     if not path or (not plan and not path.endswith(".json")):
-        return 4
+        return DEFAULT_STAGES
     data = read_json(path, what)
     n = data.get("num_stages") if isinstance(data, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 4
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else DEFAULT_STAGES
 
 
 def run_config(args, **overrides) -> RunConfig:
@@ -234,7 +249,7 @@ def run_config(args, **overrides) -> RunConfig:
     kw = dict(
         model=args.model, stages=args.stages, microbatches=args.microbatches,
         schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),
-        adjusted_policy=tuple(t for t in args.adjusted_policy.split(",") if t),
+        adjusted_policy=split_items(args.adjusted_policy, "--adjusted-policy", UsageError),
         policy=args.policy, swap_blocks=getattr(args, "swap_blocks", 0),
         virtual_stages=getattr(args, "virtual_stages", None),
         swap_fraction=getattr(args, "swap_fraction", 0.0), steps=args.steps, seed=args.seed,
@@ -242,7 +257,7 @@ def run_config(args, **overrides) -> RunConfig:
         data_dtype=args.dtype, plan=getattr(args, "plan", None),
         plan_scale_down=getattr(args, "plan_scale_down", False),
         checkpoint_dir=getattr(args, "checkpoint_dir", None), resume=getattr(args, "resume", False),
-        checkpoint_every=getattr(args, "checkpoint_every", 0), optimizer=args.optimizer,
+        checkpoint_every=getattr(args, "checkpoint_every", None) or 0, optimizer=args.optimizer,
         learning_rate=args.lr, weight_decay=weight_decay(args), warmup_steps=args.warmup_steps,
         swap_mechanism=args.swap_mechanism, swap_enabled=not args.no_swap, cost_reps=args.cost_reps,
         model_overrides=tuple(model_overrides), data_parallel=_given(args, "data_parallel", 1),
@@ -252,6 +267,18 @@ def run_config(args, **overrides) -> RunConfig:
         weight_grad=getattr(args, "weight_grad", None), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
     kw.update(overrides)
     return RunConfig(**kw)
+
+
+def check_run_size(cfg: RunConfig, group) -> None:
+    """Before anything is built: the run within this host's memory (obscura_jax.cli.
+    capacity, from the model config alone; JAX has started, its backend decides) and
+    a user's model module to the unit contract (obscura_jax.cli.blame)."""
+    import jax  # lazy: JAX starts after the devices are chosen
+    model = cfg.model_config()
+    cfg.check_layout(model)      # a layout the model cannot run (cuDNN off a GPU, T not dividing heads) first
+    check_host_memory(model, cfg.optimizer, cfg.micro_batch_size, cfg.seq_len, cfg.microbatches or 1,
+                      platform=jax.default_backend(), state=group.size == 1, kept=lambda: kept_bytes(cfg, model))
+    check_user_model(model, cfg.seq_len, max(cfg.micro_batch_size // cfg.data_parallel, 1))
 
 
 def weight_decay(args) -> float:

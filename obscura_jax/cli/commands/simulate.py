@@ -20,15 +20,17 @@ Pure Python: never imports JAX.
 from __future__ import annotations
 
 import math
+import sys
 
-from obscura_jax.cli.schedule_outputs import check_outputs, write_outputs
+from obscura_jax.cli.schedule_outputs import write_outputs
 from obscura_jax.errors import UsageError
 from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
 from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_stages
-from schedules.jsonio import check_writable, read_json, write_json_atomic
+from schedules.jsonio import read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
+from schedules.sizes import parse_int, parse_real, split_items
 from schedules.text import timeline_ascii
 from schedules.torch_csv import load_torch_csv
 
@@ -99,18 +101,13 @@ def add_parser(sub):
 def _number(text, flag: str, *, integer: bool = False, default=None):
     if text is None:
         return default
-    try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise UsageError(f"--{flag} must be {kind}, got {text!r}") from None
-    return value
+    parse = parse_int if integer else parse_real
+    return parse(text, f"--{flag}", UsageError)
 
 
 def _int_list(text: str, flag: str):
-    """'3' -> 3; '3,2,1,0' -> (3, 2, 1, 0)."""
-    parts = [t.strip() for t in text.split(",")]
-    vals = tuple(_number(t, flag, integer=True) for t in parts)
+    """'3' -> 3; '3,2,1,0' -> (3, 2, 1, 0); an empty item is refused."""
+    vals = tuple(_number(t, flag, integer=True) for t in split_items(text, f"--{flag}", UsageError))
     return vals[0] if len(vals) == 1 and "," not in text else vals
 
 
@@ -119,7 +116,11 @@ def _adjusted(text):
         return None
     if "," in text:
         return _int_list(text, "adjusted")
-    return text  # K, 'all' or 'none': the generator checks the range
+    if not text.strip():
+        raise UsageError("--adjusted is empty: give K, all, none or a list like 0,2")
+    if text.strip() in ("all", "none"):
+        return text.strip()
+    return _number(text, "adjusted", integer=True)   # K: the generator checks the range
 
 
 def _recomputing(schedule, args):
@@ -195,7 +196,7 @@ def _load(args):
         schedule = (io.load_schedule(args.from_schedule) if args.from_schedule
                     else load_torch_csv(args.from_torch_csv, notes=notes))
         for note in notes:     # e.g. the REDUCE_GRAD / UNSHARD cells skipped, once
-            print(f"note: {note}")
+            print(f"note: {note}", file=sys.stderr)
         if args.adjusted:      # a torch CSV has no recompute settings: these stages recompute --recompute
             schedule = _recomputing(schedule, args)
         return schedule, _costs(args, schedule.num_stages)
@@ -218,10 +219,10 @@ def _load(args):
         extra["migrate"] = True
     costs = _costs(args, model_stages(args.schedule, p, v) if args.schedule in SCHEDULES else p)
     extra["costs"] = costs
-    if args.warmup:
+    if args.warmup is not None:
         warm = _int_list(args.warmup, "warmup")
         extra["warmup"] = warm if isinstance(warm, tuple) else (warm,)
-    recompute = tuple(r.strip() for r in args.recompute.split(",") if r.strip())
+    recompute = split_items(args.recompute, "--recompute", UsageError)
     check_recompute_names(recompute)     # also where no stage is adjusted (1f1b): never ignored silently
     schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
                         swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
@@ -249,8 +250,6 @@ def _predicted(schedule, costs, cal) -> str:
 
 
 def run(args):
-    check_writable(args.json, "--json")
-    check_outputs(args)
     schedule, costs = _load(args)
     schedule, costs, cal = _realism(args, schedule, costs)
     timeline = simulate(schedule, costs)

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from obscura_jax.cli.commands.layout_row import apply_layout
 from obscura_jax.cli.commands.run_args import (LAYOUT_KEYS, add_model_data_args, add_process_args, add_schedule_args,
-                                           fill_defaults, needed_stages, plan_preset, run_config,
+                                           check_run_size, fill_defaults, needed_stages, plan_preset, run_config,
                                            run_with_processes)
 from obscura_jax.cli import interrupt
 from obscura_jax.checkpoints.directory import check_unlocked
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import train_report
-from schedules.jsonio import check_writable, write_json_atomic
+from schedules.generators import SCHEDULES
+from schedules.jsonio import write_json_atomic
 
 
 def add_parser(sub):
@@ -27,7 +28,7 @@ def add_parser(sub):
                     "per-step loss and tokens/s, iteration time against the simulator's prediction "
                     "from costs measured in the same run, per-stage peak memory, measured timeline.")
     p.add_argument("--schedule", default=None,
-                   help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
+                   help=f"a generator ({', '.join(SCHEDULES)}) or a schedule JSON file (default 1f1b)")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
                         "plan's model, layers, seq len, micro-batch and stage layout (D x T) become the defaults "
@@ -44,7 +45,8 @@ def add_parser(sub):
     g.add_argument("--checkpoint-dir", default=None, metavar="D", help="Orbax checkpoints of params, optimizer state, step (default: none saved)")
     g.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir (a dir holding none: one "
                         "warning line, and the run starts afresh at step 1)")
-    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="also save every N steps (default: end only)")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also save every N >= 1 steps (default: at the end only)")
     g.add_argument("--gantt", default=None, metavar="PNG",
                    help="draw the measured timeline: PNG, and an SVG beside it (default: not drawn)")
     g.add_argument("--trace", default=None, metavar="TRACE.json",
@@ -71,7 +73,7 @@ def run(args):
                                 ("--swap-fraction", args.swap_fraction or None)) if v is not None]
         if given:
             raise UsageError(f"--plan fixes the schedule, adjusted stages and swapping: drop {given[0]}")
-    args.schedule = args.schedule or "1f1b"
+    args.schedule = "1f1b" if args.schedule is None else args.schedule
     row = apply_layout(args)
     preset = plan_preset(args.plan)
     check_plan_layout(args, preset)
@@ -99,25 +101,15 @@ def check_plan_layout(args, preset: dict) -> None:
 
 
 def check_outputs(args) -> None:
-    """Before any work: the outputs can be written, the checkpoint dir is free."""
-    check_writable(args.json, "--json")
-    check_writable(args.trace, "--trace")
-    if args.xla_profile:
-        d = Path(args.xla_profile)
-        if d.exists() and not d.is_dir():
-            raise UsageError(f"--xla-profile {d} is not a directory")
-    if args.gantt:
-        check_writable(args.gantt, "--gantt")
-        check_writable(str(Path(args.gantt).with_suffix(".svg")), "--gantt (its SVG)")
-    if args.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    """Before any work: checkpoint flags that go together, the checkpoint dir free
+    (where each output can be written: obscura_jax/cli/files.py, for every command)."""
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UsageError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every} (leave it out to save "
+                         "at the end only)")
     if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
         raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
     if args.checkpoint_dir:
-        d = Path(args.checkpoint_dir)
-        if d.exists() and not d.is_dir():
-            raise UsageError(f"--checkpoint-dir {d} is not a directory")
-        check_unlocked(d)
+        check_unlocked(Path(args.checkpoint_dir))
 
 
 def _train(args, place, group) -> int:
@@ -128,6 +120,7 @@ def _train(args, place, group) -> int:
     from obscura_jax.run.trainer import train
 
     cfg = run_config(args)
+    check_run_size(cfg, group)
     if args.check:
         # GPUs run float32 matmuls in TF32 by default; the check compares exact float32.
         jax.config.update("jax_default_matmul_precision", "highest")

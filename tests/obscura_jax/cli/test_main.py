@@ -158,3 +158,36 @@ def test_values_starting_with_a_dash_are_values():
     # a flag after a flag that takes a value stays a flag; a switch takes no value
     assert join(parser, ["plan", "--json", "--no-cmb"]) == ["plan", "--json", "--no-cmb"]
     assert join(parser, ["plan", "--no-cmb", "-5"]) == ["plan", "--no-cmb", "-5"]
+
+
+VALUES = [     # numbers in ASCII digits only: Python's int() and float() read other scripts' digits
+    (["simulate", "--schedule", "1f1b", "--stages", "٣", "--microbatches", "4"],
+     "--stages must be an integer (ASCII digits), got '٣'"),
+    (["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--swap-fraction", "٠.٥"],
+     "--swap-fraction must be a number (ASCII digits)"),
+    (["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--fwd", "١"],
+     "--fwd must be a number"),
+    (["model-info", "llama2-tiny", "--seq-len", "١٢"], "argument --seq-len: invalid int value: '١٢'"),
+    (["train", "--lr", "١e-3"], "argument --lr: invalid float value: '١e-3'"),
+    (["plan", "--analytic", "llama2-tiny", "--stages", "۲", "--microbatches", "2", "--memory-limit", "1GiB"],
+     "argument --stages: invalid int value: '۲'"),
+    (["sweep", "--model", "llama2-13b", "--seq-len", "4096", "--gpus", "٨"], "argument --gpus: invalid int value"),
+    (["plan", "--analytic", "llama2-tiny", "--stages", "2", "--microbatches", "2", "--memory-limit", "٨٠GiB"],
+     "cannot read a memory limit (--memory-limit) from '٨٠GiB'"),
+    # lists: an empty list or item is a typo, never "nothing"
+    (["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--warmup", ""], "--warmup is empty"),
+    (["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--warmup", "1,"],
+     "--warmup '1,' has an empty item"),
+    (["simulate", "--schedule", "recomp", "--stages", "2", "--microbatches", "4", "--adjusted", ""],
+     "--adjusted is empty"),
+    (["simulate", "--schedule", "recomp", "--stages", "2", "--microbatches", "4", "--recompute", ","],
+     "--recompute is empty"),
+    (["simulate", "--schedule", "obscura", "--stages", "2", "--microbatches", "4", "--swap-blocks", "1,,1"],
+     "--swap-blocks '1,,1' has an empty item"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", VALUES, ids=[" ".join(a)[:60] for a, _ in VALUES])
+def test_numbers_are_ascii_and_lists_have_no_empty_item(argv, needle, capsys, tmp_path, monkeypatch):
+    from tests.obscura_jax.cli.commands import badinput
+    badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

@@ -39,7 +39,7 @@ def files_under(root) -> dict:
     for folder, _, names in os.walk(root):
         for n in names:
             path = os.path.join(folder, n)
-            out[os.path.relpath(path, root)] = os.stat(path).st_mtime_ns
+            out[os.path.relpath(path, root)] = os.lstat(path).st_mtime_ns     # a dangling symlink too
     return out
 
 

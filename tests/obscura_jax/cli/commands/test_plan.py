@@ -108,7 +108,7 @@ def test_bad_requests_fail_with_one_line(capsys, profile_path, argv, needle):
 def test_malformed_json_and_missing_files(capsys, tmp_path):
     bad = tmp_path / "p.json"
     bad.write_text('{"format": "obscura-profile/1", ')
-    for path, needle in ((bad, "malformed profile"), (tmp_path / "nope.json", "profile not found")):
+    for path, needle in ((bad, "malformed --profile"), (tmp_path / "nope.json", "profile not found")):
         rc, out, err = run(capsys, "plan", "--profile", path, "--stages", 2, "--microbatches", 2,
                            "--memory-limit", "1GiB")
         assert rc == 2 and needle in err and err.count("\n") == 1
