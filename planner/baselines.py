@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from planner.costs import Partition, kept_bytes, working_bytes
+from planner.costs import Partition, kept_bytes, program_outputs, working_bytes
 from planner.identify import cmb_set, identify, stage_peak_1f1b
 from planner.profile import FULL, LAYER
 from planner.search import (Config, Evaluation, Setting, base_order, recompute_names,
@@ -133,7 +133,7 @@ def peak_lower_bound(setting: Setting, config: Config) -> float:
         blocks = order_memory(row[:first_b], counted).peak_activation_bytes   # at a warm-up forward's start
         kept = costs.kept_bytes(s, bool(recompute_names(r, setting.op_order)))
         held = blocks * kept if costs.fwd[s] > 0 else 0.0   # zero-time ops could free at that instant
-        need = costs.weight_bytes[s] + held + working_bytes(prof, units, r)
+        need = costs.weight_bytes[s] + held + working_bytes(prof, units, r) + program_outputs(costs, s, False)
         bound = max(bound, need - 1e-9 * abs(need))
     return bound
 

@@ -45,9 +45,30 @@ from planner.layouts.mesh_costs import (MeshLayout, StageSync, data_parallel_sec
                                         gradient_sync_end, mesh_profile, tp_collectives)
 from planner.layouts.unit_costs import unit_splits
 from planner.plan_meta import PlanSource
-from planner.profile import UNIT_KINDS, Profile
+from planner.profile import OPTIONAL_UNIT_KEYS, UNIT_KINDS, OpProfile, Profile, UnitProfile
 from planner.residuals import UnitKept, exact_unit_kept
 from schedules.simulator import simulate
+
+def scale_micro_batch(profile: Profile, micro_batch: int) -> Profile:
+    """An ESTIMATE of the profile at another micro-batch: every time and every
+    per-micro-batch byte count (activations, inputs, W's held block, scratch) scaled
+    by the ratio of rows, weights unchanged. Linear in rows is what a transformer's
+    matmuls and activations are to first order; small micro-batches run below the
+    device's peak, so times at more rows than measured tend to be overestimated.
+    Measured figures: `obscura profile --micro-batch N`."""
+    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
+        raise PlanError(f"micro_batch must be a positive integer, got {micro_batch!r}")
+    f = micro_batch / profile.micro_batch
+
+    def scaled(u: UnitProfile) -> UnitProfile:
+        opt = {k: (getattr(u, k) * f if getattr(u, k) is not None else None) for k in OPTIONAL_UNIT_KEYS}
+        ops = tuple((n, OpProfile(o.fwd_time * f, o.act_bytes * f)) for n, o in u.ops)
+        return replace(u, fwd_time=u.fwd_time * f, bwd_time=u.bwd_time * f, input_bytes=u.input_bytes * f,
+                       ops=ops, **opt)
+    layer = profile.layer_recompute_time
+    return replace(profile, micro_batch=micro_batch, units=tuple((k, scaled(u)) for k, u in profile.units),
+                   layer_recompute_time=None if layer is None else layer * f)
+
 
 def profile_model(profile: Profile) -> ModelConfig:
     """The registered model config a profile describes, at its layer count (a

@@ -38,7 +38,7 @@ from planner.partition import AdjustResult, adjust_partition, fixed_sets
 from planner.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
                                plan_to_schedule, save_plan)
 from planner.plan_meta import PlanSource
-from planner.profile import Profile, scale_micro_batch
+from planner.profile import Profile
 from planner.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
@@ -95,20 +95,22 @@ def plan_search(profile: Profile, num_stages: int, num_microbatches: int, memory
     """Everything `make_plan` does, with the intermediate results kept. `families`:
     step 6, every schedule family at its best (off: Obscura on 1F1B and the paper's
     baselines only); `family_names`: only these families (planner.families.FAMILIES
-    names), the pick among them. `reserve` (bytes or a size string) is held back from the limit for what
-    the model does not count (allocator fragmentation, a CUDA context). `profile_path`:
+    names), the pick among them. `reserve` (bytes or a size string) is held back from
+    the limit for what the model does not count (allocator fragmentation, a CUDA
+    context). `profile_path`:
     the file the profile was read from (its name and sha256 go into the plan).
     `weight_grad`: how a split backward's W gets its inputs: "hold" them, or
     "rederive" them from the unit's input (priced by the profile's
     weight_grad_rederive_* fields; the plan records it and `train --plan` runs it).
     `layout`: each stage on a data x tensor mesh (planner.mesh_plan; the profile is
-    then one device's at the whole micro-batch, and the limit one device's)."""
+    then one device's at the whole micro-batch, and the limit one device's).
+    Long: the checks, then the paper's search, the baselines and every family, in order."""
     start = time.perf_counter()
     made_for = PlanSource.of_profile(profile, profile_path)
     mesh = None
     notes: list[str] = []
     if layout is not None and not layout.single:
-        from planner.mesh_plan import plan_mesh  # lazy: only stage meshes need it
+        from planner.mesh_plan import plan_mesh, scale_micro_batch  # lazy: only stage meshes need them
         if profile.micro_batch % layout.data:
             rows = math.lcm(profile.micro_batch, layout.data)
             notes.append(f"the profile's micro-batch {profile.micro_batch} does not split over {layout.data} data "

@@ -46,7 +46,7 @@ from schedules.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
 MAX_LAYERS = 4096     # a bound of the planner, which walks every unit: 32x the layers of today's largest models
-_OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
+OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
                        "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
@@ -119,7 +119,7 @@ class UnitProfile:
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):
             object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
-        for name in _OPTIONAL_UNIT_KEYS:
+        for name in OPTIONAL_UNIT_KEYS:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _number(f"unit {name}", getattr(self, name)))
         ops = self.ops.items() if isinstance(self.ops, Mapping) else self.ops
@@ -279,7 +279,7 @@ class Profile:
             "p2p_bandwidth": self.p2p_bandwidth, "p2p_latency": self.p2p_latency,
             "units": {kind: {"fwd_time": u.fwd_time, "bwd_time": u.bwd_time,
                              "weight_bytes": u.weight_bytes, "input_bytes": u.input_bytes,
-                             **{k: getattr(u, k) for k in _OPTIONAL_UNIT_KEYS if getattr(u, k) is not None},
+                             **{k: getattr(u, k) for k in OPTIONAL_UNIT_KEYS if getattr(u, k) is not None},
                              "ops": {n: {"fwd_time": o.fwd_time, "act_bytes": o.act_bytes}
                                      for n, o in u.ops}}
                       for kind, u in self.units},
@@ -337,7 +337,7 @@ def profile_from_json(d: Any) -> Profile:
             ops.append((name, OpProfile(_number(f"{where}.fwd_time", o["fwd_time"]),
                                         _number(f"{where}.act_bytes", o["act_bytes"]))))
         vals = {key: _number(f"units.{kind}.{key}", u[key]) for key in _UNIT_KEYS}
-        for key in _OPTIONAL_UNIT_KEYS:
+        for key in OPTIONAL_UNIT_KEYS:
             if u.get(key) is not None:
                 vals[key] = _number(f"units.{kind}.{key}", u[key])
         parsed[kind] = UnitProfile(**vals, ops=tuple(ops))
@@ -381,26 +381,6 @@ def derive_profile(profile: Profile, num_layers: int, model: str | None = None) 
     "<model>@<layers>L"."""
     _integer("num_layers", num_layers)
     return replace(profile, num_layers=num_layers, model=model or _same_shape(profile.model, num_layers))
-
-
-def scale_micro_batch(profile: Profile, micro_batch: int) -> Profile:
-    """An ESTIMATE of the profile at another micro-batch: every time and every
-    per-micro-batch byte count (activations, inputs, W's held block, scratch) scaled
-    by the ratio of rows, weights unchanged. Linear in rows is what a transformer's
-    matmuls and activations are to first order; small micro-batches run below the
-    device's peak, so times at more rows than measured tend to be overestimated.
-    Measured figures: `obscura profile --micro-batch N`."""
-    _integer("micro_batch", micro_batch)
-    f = micro_batch / profile.micro_batch
-
-    def scaled(u: UnitProfile) -> UnitProfile:
-        opt = {k: (getattr(u, k) * f if getattr(u, k) is not None else None) for k in _OPTIONAL_UNIT_KEYS}
-        ops = tuple((n, OpProfile(o.fwd_time * f, o.act_bytes * f)) for n, o in u.ops)
-        return replace(u, fwd_time=u.fwd_time * f, bwd_time=u.bwd_time * f, input_bytes=u.input_bytes * f,
-                       ops=ops, **opt)
-    layer = profile.layer_recompute_time
-    return replace(profile, micro_batch=micro_batch, units=tuple((k, scaled(u)) for k, u in profile.units),
-                   layer_recompute_time=None if layer is None else layer * f)
 
 
 def _same_shape(model: str, num_layers: int) -> str:

@@ -7,8 +7,7 @@ judge of time and of memory. A stage's predicted peak is W_s + A_s + the
 rematerialisation working set, where A_s is the timeline's held peak
 (schedules.memory, the one accounting: residuals as the simulation times them plus
 the inbox, activations and gradients received but not yet consumed, as the engine
-counts them). XLA's own scratch buffers are not modelled (keep headroom with
-`reserve`).
+counts them), plus XLA's scratch where the profile records it (planner.costs).
 
 Swap grid (docs/obscura.md, section 5: Eq. 4): lambda_k, the blocks the last adjusted stage
 evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
@@ -30,7 +29,7 @@ from planner.identify import cmb_set
 from planner.profile import FULL, LAYER, Profile
 from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
 from planner.residuals import UnitKept, marginal_op_bytes
-from schedules import Action, Kind, Schedule, StageCosts, StageSpec, Timeline, generate
+from schedules import Action, Schedule, StageCosts, StageSpec, Timeline, generate
 from schedules.simulator import held_peaks, simulate
 from schedules.generators.common import assemble, warmup_count
 from schedules.memory import StageMemory, Uniform, order_memory
@@ -55,7 +54,7 @@ class Setting:
         return self.profile.op_names
 
     def costs(self, partition: Partition, recompute_sets) -> StageCosts:
-        """planner.costs.stage_costs for this problem (its traced kept bytes, its W)."""
+        """planner.costs.stage_costs for this problem: its traced kept bytes, its W."""
         return stage_costs(self.profile, partition, recompute_sets, unit_kept=self.unit_kept,
                            weight_grad=self.weight_grad)
 

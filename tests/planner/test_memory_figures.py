@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import models
 from planner.baselines import peak_lower_bound
-from planner.costs import stage_costs, working_bytes
+from planner.costs import program_outputs, stage_costs, working_bytes
 from planner.identify import stage_peak_1f1b
 from planner.layouts.memory import inflight_1f1b
 from planner.profile import FULL, derive_profile, load_profile
@@ -53,7 +53,8 @@ def test_identify_and_the_layout_count_are_the_folds_on_1f1b(path, layers, p, m,
     costs = stage_costs(prof, part, (r,) * p)
     tl = simulate(generate("1f1b", p, m, adjusted="all" if r else None, recompute=("full",)), costs)
     for s in range(p):
-        fold = costs.weight_bytes[s] + tl.stages[s].peak_held_bytes + working_bytes(prof, part[s], r)
+        fold = (costs.weight_bytes[s] + tl.stages[s].peak_held_bytes + working_bytes(prof, part[s], r)
+                + program_outputs(costs, s, False))
         assert stage_peak_1f1b(prof, part[s], s, p, m, r) == fold
     assert inflight_1f1b(p, m) == tuple(st.peak_inflight_microbatches for st in tl.stages)
 
@@ -83,7 +84,8 @@ def test_the_planners_peaks_bound_and_resident_blocks_are_the_folds(case):
     setting = Setting(prof, m, math.inf)
     adjusted = tuple(range(k + 1))
     sets = tuple(frozenset({FULL}) if s <= k else sets[s] for s in range(p))
-    work = [working_bytes(prof, part[s], sets[s]) for s in range(p)]
+    costs = setting.costs(part, sets)
+    work = [working_bytes(prof, part[s], sets[s]) + program_outputs(costs, s, False) for s in range(p)]
     order = base_order(setting, part, k, sets)
     warm = warmups_of_rows(order)
     grid = swap_options(k, p, warm, True)

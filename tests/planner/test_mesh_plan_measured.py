@@ -73,7 +73,9 @@ def test_1f1b_on_2_data_x_2_tensor_is_exact(measured, tmp_path):
         units = st["units"][1] - st["units"][0]
         scratch_bound = stage_scratch(device, tuple(st["units"])) - st["temp_bytes"]
         assert scratch_bound >= 0
-        assert st["planned_vs_measured_bytes"] == ADAM_STEP_COUNT * (units - 1) + scratch_bound, st
+        a = st["units"][0]     # the input gradient its backward writes beside its residuals (program_outputs)
+        dx = device.unit(device.kinds[a]).input_bytes if a > 0 else 0
+        assert st["planned_vs_measured_bytes"] == ADAM_STEP_COUNT * (units - 1) + scratch_bound + dx, st
 
 
 @pytest.mark.slow

@@ -38,7 +38,8 @@ def test_plan_file_round_trip_and_bad_files(tmp_path):
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(PlanError, match=needle):
             load_plan(tmp_path / "bad.json")
-    # without recorded orders the generator's default order is used...
+    # without recorded orders the generator's default order is used (an Obscura plan)...
+    d = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3), families=False).to_json()
     d["stages"] = [{k: v for k, v in st.items() if k != "actions"} for st in d["stages"]]
     with pytest.raises(PlanError, match="plan 'issue_order' item .* is not an action of its schedule"):
         plan_to_schedule(plan_from_json(d))       # ...and an issue order recorded for another order is refused
@@ -66,8 +67,9 @@ def test_the_stage_mesh_layout_round_trips_and_is_optional(tmp_path):
 def test_a_plan_is_validated_as_a_whole(tmp_path):
     """A plan file whose parts disagree is refused in one line before anything runs:
     its family, swap blocks, recorded issue order and stage ranges are checked
-    against its schedule and its model, not only one by one."""
-    plan = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3))
+    against its schedule and its model, not only one by one (an Obscura plan: one
+    stage per device, with its issue order)."""
+    plan = make_plan(PROF, P, 8, int(floor_limit(8) * 1.3), families=False)
     good = plan.to_json()
     order = good["issue_order"]
     units = good["stages"][-1]["units"][1]

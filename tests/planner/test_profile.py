@@ -210,7 +210,7 @@ def test_scratch_bytes_round_trip_and_the_planner_counts_them(tmp_path):
 
 
 def test_scale_micro_batch_is_linear_in_rows_and_keeps_weights():
-    from planner.profile import scale_micro_batch
+    from planner.mesh_plan import scale_micro_batch
     from tests.planner.synthetic import synthetic_profile
     prof = synthetic_profile(split=True)
     two = scale_micro_batch(prof, 2)

@@ -15,6 +15,7 @@ from schedules.sizes import format_bytes, parse_bytes
 
 
 def add_parser(sub):
+    """Long: one add_argument per flag, each with its help."""
     p = sub.add_parser(
         "plan", help="plan adjusted stages, per-op recompute, swapping and partition for a memory limit",
         description="Find the adjusted stages (CMB-Identifying), choose per-op recompute with OR-Tools "
