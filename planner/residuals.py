@@ -16,7 +16,6 @@ from functools import lru_cache
 from typing import Callable
 
 import models
-import models.info as info
 from models.errors import ObscuraError
 from planner.profile import FULL, Profile
 
@@ -34,6 +33,8 @@ def exact_unit_kept(profile: Profile) -> UnitKept | None:
             return None
         cfg = cfg.replace(attention_impl="xla")  # same named residuals, traceable anywhere
         seq, mb = profile.seq_len, profile.micro_batch
+
+        import models.info as info  # lazy: tracing starts JAX, which planning without a model never needs
 
         @lru_cache(maxsize=None)
         def traced(kind: str, ops: frozenset) -> float:

@@ -55,8 +55,11 @@ def test_the_check_finds_a_function_local_import(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["schedules", "models", "models.errors", "schedules.sizes",
-                                   "planner.profile", "obscura_jax.cli.main"])
+                                   "planner.profile", "obscura_jax.cli.main",
+                                   "planner.costs, planner.search, planner.families, planner.identify"])
 def test_light_imports_start_no_jax(module):
+    """The packages below the runtime, and the planner's search (costs, search,
+    families, identification: planning from files, without devices), start no JAX."""
     code = f"import {module}, sys; print('jax' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr

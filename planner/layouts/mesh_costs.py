@@ -44,9 +44,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Sequence
 
-import jax
-from jax.sharding import PartitionSpec
-
 from models.config import ModelConfig
 from models.registry import get_family
 from models.tensor_parallel import TENSOR_AXIS, tensor_specs
@@ -188,6 +185,9 @@ def replicated_unit_params(cfg: ModelConfig, kind: str) -> int:
     """Parameters of one unit that every device of a tensor group holds whole, by the
     family's registration (models.tensor_parallel): norms, row-layer biases, GPT's
     positions, and the embedding (neither built-in family shards it)."""
+    import jax  # lazy: only a stage mesh's planning shards parameters; plain planning starts no JAX
+    from jax.sharding import PartitionSpec
+
     unit = kind if kind in ("embed", "head") else f"{kind}_0"
     tree = {unit: abstract_unit_params(cfg, kind)}
     specs = jax.tree.leaves(tensor_specs(cfg, tree, 2), is_leaf=lambda x: isinstance(x, PartitionSpec))
