@@ -172,7 +172,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
         if start is not None and start >= run.steps:
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")
-        pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer,
+        pipe = build_pipeline(cfg, schedule, partition, run.base_policy(cfg), placement, shape, optimizer,
                               plan_issue_order(run, schedule) or schedules.issue_order(schedule),
                               swap_mechanism=run.swap_mechanism,
                               swap_enabled=run.swap_enabled, group=group)
@@ -236,7 +236,7 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     turns = range(group.size) if group.size > 1 and device.platform == "cpu" and not spans else [group.rank]
     for turn in turns:
         if turn == group.rank:
-            stages = measure_stages(pipe, outcome.states, run.policy, timing)
+            stages = measure_stages(pipe, outcome.states, run.base_policy(pipe.cfg), timing)
         if len(turns) > 1:
             group.barrier(f"costs measured by process {turn}")
     part = {"stages": stages, "boundaries": measure_boundaries(pipe, timing)}

@@ -33,10 +33,16 @@ from schedules.ir import Kind, Schedule
 
 
 def stage_policies(cfg, schedule: Schedule, base_policy) -> list:
-    """RecomputePolicy per stage: the schedule's set on adjusted stages, else the base."""
+    """RecomputePolicy per stage: the schedule's set on adjusted stages, else the base
+    (a name, op list or RecomputePolicy). Adjusted stages offload what the base
+    offloads, less the ops they recompute (a `layer` stage offloads nothing)."""
     base = models.resolve_policy(base_policy, cfg.family)
-    return [models.resolve_policy(list(spec.recompute), cfg.family) if spec.adjusted else base
-            for spec in schedule.stages]
+
+    def adjusted(recompute) -> models.RecomputePolicy:
+        pol = models.resolve_policy(list(recompute), cfg.family)
+        offload = base.offload - pol.recompute
+        return models.resolve_policy(pol, cfg.family, offload=sorted(offload)) if offload and not pol.layer else pol
+    return [adjusted(spec.recompute) if spec.adjusted else base for spec in schedule.stages]
 
 
 def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]:
