@@ -84,6 +84,7 @@ class TrainOutcome:
     chart_step: int | None = None         # the step the timeline shows (obscura_jax.observe.step_time)
     chart_seconds: float | None = None    # its wall time: the run's measured iteration time
     transfers: list = field(default_factory=list)   # its stage-to-stage copies (events.MeasuredTransfer)
+    host_peak: list = field(default_factory=list)   # per stage: residual bytes in host memory at once (ledger)
 
     def stage_params(self) -> dict:
         """This process's stages' params (unit name -> tree), gathered to host: the
@@ -303,6 +304,8 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             for k, v in result.dispatch_seconds.items():
                 outcome.dispatch.setdefault(k, []).extend(v)
             peak_live = [max(a, b) for a, b in zip(peak_live, result.ledger.peak)]
+            host_before = outcome.host_peak or [0] * len(peak_live)
+            outcome.host_peak = [max(a, b) for a, b in zip(host_before, result.ledger.host_peak)]
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{pipe.shape.tokens_per_step / seconds:,.0f}")
@@ -345,12 +348,13 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
     for s in reporting:
         st, prog = outcome.states[s], pipe.programs[s]
         after, before = _mesh_peak(pipe.placement.mesh(s)), before_peaks[s]
-        sizes = prog.residual_leaf_bytes
+        sizes = prog.residual_device_leaf_bytes
         swapped = (sum(sizes[i] for i in choose_leaves(sizes, pipe.schedule.stages[s].swap_fraction))
                    if pipe.executor.swap_enabled else 0)
         mine.append({"stage": s, "process": group.rank, "row": pipe.stage_row(s),
                      "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                      "ledger_peak": peak_live[s], "temp_bytes": prog.temp_bytes,
+                     "ledger_host_peak": outcome.host_peak[s] if outcome.host_peak else 0,
                      "device_peak": None if after is None or (before is not None and after <= before) else after,
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})
     off = group.clock_offset

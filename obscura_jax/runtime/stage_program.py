@@ -44,6 +44,7 @@ import numpy as np
 
 from models.tensor_parallel import DATA_AXIS
 from obscura_jax.runtime.backward_split import split_backward
+from obscura_jax.runtime.residuals import Residuals, device_sizes, host_slots, memory_kind  # noqa: F401 (Residuals: re-exported)
 from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, DataShards, _spec
 
@@ -59,28 +60,6 @@ class PullbackLayout:
     sources: tuple[tuple[int, int], ...]
     keeps_input: bool
     keeps_targets: bool
-
-
-@dataclass(frozen=True)
-class Residuals:
-    """One micro-batch's activation memory on a stage: a flat tuple of arrays.
-    The first slots may be the stage's own input / targets buffers (not copies).
-    `host_slots` are the leaves currently swapped out to host memory."""
-    leaves: tuple
-    sizes: tuple[int, ...]          # bytes per leaf (static per stage)
-    host_slots: tuple[int, ...] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(self.sizes)
-
-    @property
-    def host_bytes(self) -> int:
-        return sum(self.sizes[i] for i in self.host_slots)
-
-    @property
-    def device_bytes(self) -> int:
-        return self.nbytes - self.host_bytes
 
 
 def _temp_bytes(compiled) -> int:
@@ -147,17 +126,37 @@ class StageProgram(DataShards):
         self._num_head = len(head)
         res_specs = head + kept_specs
         self.residual_leaf_bytes = tuple(self._bytes(s) for s in res_specs)
-        self.residual_bytes = sum(self.residual_leaf_bytes)
+        # by memory kind: a policy's offloaded residuals come out in host memory
+        self.residual_leaf_kinds = tuple(memory_kind(s, self.device) for s in res_specs)
+        self._offloaded = host_slots(self.residual_leaf_kinds)
+        self.residual_host_bytes = sum(self.residual_leaf_bytes[i] for i in self._offloaded)
+        self.residual_bytes = sum(self.residual_leaf_bytes) - self.residual_host_bytes   # in device memory
         dy_spec = _spec(out_info[0], self.sharding if returns_loss else self.batch_sharding)
         self.temp_bytes = _temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
         self._bwd = self._bwd_input = self._bwd_weight = None
-        self.weight_grad_held_bytes = None      # known once the split backward is compiled
+        self.weight_grad_held_bytes = None      # known once the split backward is compiled (device part)
+        self.weight_grad_host_bytes = 0
         if not split:
             self.compile_fused()
         # dy that a W keeps from its I (the loss stage's dy is the shared scalar)
         self.dy_bytes = 0 if returns_loss else self.output_bytes
+
+    @property
+    def residual_memory_kinds(self) -> dict[str, int]:
+        """Residual bytes per micro-batch by memory kind, as JAX reports the kinds
+        (e.g. {"device": ..., "pinned_host": ...})."""
+        out: dict[str, int] = {}
+        for kind, n in zip(self.residual_leaf_kinds, self.residual_leaf_bytes):
+            out[kind] = out.get(kind, 0) + n
+        return out
+
+    @property
+    def residual_device_leaf_bytes(self) -> tuple[int, ...]:
+        """Bytes per residual leaf in device memory (0 for an offloaded one): what a
+        swap (SO) chooses from."""
+        return device_sizes(self.residual_leaf_bytes, self._offloaded)
 
     def compile_fused(self) -> None:
         """Compile the fused backward B (once; a split-only stage never needs it)."""
@@ -211,7 +210,9 @@ class StageProgram(DataShards):
         held_out = [_spec(a, sh) for a, sh in zip(i_lowered.out_info[1], self._bwd_input.output_shardings[1])]
         held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(held_out)
         self.weight_grad_leaf_bytes = tuple(self._bytes(h) for h in held_specs)
-        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
+        self._w_offloaded = host_slots(memory_kind(h, self.device) for h in held_specs)
+        self.weight_grad_host_bytes = sum(self.weight_grad_leaf_bytes[i] for i in self._w_offloaded)
+        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes) - self.weight_grad_host_bytes
         w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
         self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
             params_spec, held_specs, dy_spec, self._grads_spec()).compile()
@@ -312,7 +313,7 @@ class StageProgram(DataShards):
         else:
             out, kept = self._fwd(params, x)
         head = ((x,) if self.layout.keeps_input else ()) + ((targets,) if self.layout.keeps_targets else ())
-        return out, Residuals(head + tuple(kept), self.residual_leaf_bytes)
+        return out, Residuals(head + tuple(kept), self.residual_leaf_bytes, offloaded=self._offloaded)
 
     def backward(self, params, residuals: Residuals, dy, grad_acc):
         """-> (grad_acc + dparams, dx, ready). `grad_acc` is donated. dx is None for
@@ -332,7 +333,8 @@ class StageProgram(DataShards):
         self.compile_split()
         done, held = self._bwd_input(params, residuals.leaves, dy)
         kept = tuple(residuals.leaves[i] for i in self._w_res)
-        return (None if self.takes_tokens else done), Residuals(kept + tuple(held), self.weight_grad_leaf_bytes), done
+        return (None if self.takes_tokens else done), Residuals(kept + tuple(held), self.weight_grad_leaf_bytes,
+                                                                offloaded=self._w_offloaded), done
 
     def weight_grad(self, params, held: Residuals, dy, grad_acc):
         """W of a split backward -> (grad_acc + dparams, ready). `held` is what the I
