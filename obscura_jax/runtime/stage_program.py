@@ -44,7 +44,7 @@ import numpy as np
 
 from models.tensor_parallel import DATA_AXIS
 from obscura_jax.runtime.backward_split import split_backward
-from obscura_jax.runtime.residuals import Residuals, device_sizes, host_slots, memory_kind  # noqa: F401 (Residuals: re-exported)
+from obscura_jax.runtime.residuals import Residuals, device_sizes, host_slots, memory_kind
 from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, DataShards, _spec
 
