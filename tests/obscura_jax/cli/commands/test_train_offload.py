@@ -24,14 +24,16 @@ def test_train_offload_check_equals_and_keeps_host_bytes_off_the_device(tmp_path
     assert main(RUN + ["--no-progress", "--steps", "2", "--cost-reps", "1", "--json", str(plain)]) == 0
     a, b = json.loads(plain.read_text()), json.loads(off.read_text())
     assert b["check"]["equal"] and b["offload"]["ops"] == ["mlp_gate", "mlp_up"] and a["offload"]["ops"] == []
-    for p, o in zip(a["stages"], b["stages"], strict=True):
+    for s, (p, o) in enumerate(zip(a["stages"], b["stages"], strict=True)):
         host = o["residual_host_bytes_per_microbatch"]
         assert host > 0 and p["residual_host_bytes_per_microbatch"] == 0 and p["peak_host_bytes"] == 0
         assert o["residual_bytes_per_microbatch"] + host == p["residual_bytes_per_microbatch"]
         assert o["residual_memory_kinds"] == {"device": o["residual_bytes_per_microbatch"], "pinned_host": host}
-        # the device peak counts no host byte: what the stage held on host at its peak left it
-        assert o["peak_host_bytes"] > 0
-        assert p["peak_activation_bytes"] - o["peak_activation_bytes"] == o["peak_host_bytes"]
+        # 1F1B: stage s holds 4 - s micro-batches at once, their offloaded part on the host; the
+        # device peaks count none of it (they differ by that, give or take the inbox's messages,
+        # which follow the issue order the measured costs give: 32 KiB each, far below it)
+        assert o["peak_host_bytes"] == (4 - s) * host
+        assert o["peak_activation_bytes"] < p["peak_activation_bytes"]
         assert o["accounted_peak_bytes"] < p["accounted_peak_bytes"]
         assert o["simulated_peak_bytes"] < p["simulated_peak_bytes"]
     assert b["offload"]["peak_host_bytes"] == sum(o["peak_host_bytes"] for o in b["stages"]) > 0
