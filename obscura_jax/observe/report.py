@@ -89,6 +89,7 @@ def train_report(res: dict) -> str:
                    + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
                       if sw.get("overlap_with_compute") is not None else ""))
     out += stage_tables(res)
+    out += offload_lines(res)
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
         out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
                    "+ XLA scratch (no memory_stats for this stage alone)")
@@ -132,18 +133,21 @@ def stage_tables(res: dict) -> list[str]:
     columns (the process that ran the stage, its device as p<process>:<local id>)."""
     chunked = any(len(d["stages"]) > 1 for d in res.get("pipeline_devices") or ())
     several = res.get("processes", 1) > 1
+    hosted = any(st.get("residual_host_bytes_per_microbatch") for st in res["stages"])
     rows = []
     for s, st in enumerate(res["stages"]):
         m = st.get("measured") or {}
         rows.append([str(s)] + ([str(st["process"]), str(st["device"])] if several else [])
                     + ([str(st["pipeline_device"])] if chunked else [])
                     + [format_units(st["units"]), st["policy"]["name"],
-                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
-                       format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"])]
+                    + ([format_bytes(st["residual_host_bytes_per_microbatch"])] if hosted else [])
+                    + [format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
                        format_bytes(st.get("simulated_peak_bytes")),
                        fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
     out = [table(["stage"] + (["proc", "device"] if several else []) + (["dev"] if chunked else [])
-                 + ["units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows)]
+                 + ["units", "policy", "adj", "resid/mb"] + (["host/mb"] if hosted else [])
+                 + ["peak", "sim peak", "busy", "bwd bubble"], rows)]
     if chunked:
         rows = []
         for d in res["pipeline_devices"]:
@@ -152,6 +156,25 @@ def stage_tables(res: dict) -> list[str]:
                          format_bytes(d.get("simulated_peak_bytes")), fmt_time(m.get("compute")),
                          fmt_time(m.get("backward_bubble"))])
         out.append(table(["dev", "model stages", "sim peak", "busy", "bwd bubble"], rows))
+    return out
+
+
+def offload_lines(res: dict) -> list[str]:
+    """What the run keeps in host memory: residual bytes per micro-batch on device and
+    on host, what moves per iteration, the host peak; nothing without offloading."""
+    off = res.get("offload") or {}
+    if not off.get("memory_kinds"):
+        return []
+    stages = res["stages"]
+    out = [f"offload: {', '.join(off['ops'])} kept in {'/'.join(off['memory_kinds'])} memory; residuals per "
+           "micro-batch on device / on host: " + ", ".join(
+               f"{format_bytes(st['residual_bytes_per_microbatch'])} / "
+               f"{format_bytes(st['residual_host_bytes_per_microbatch'])}" for st in stages),
+           f"offload traffic per iteration: {format_bytes(off['to_host_bytes_per_iteration'])} to host, "
+           f"{format_bytes(off['from_host_bytes_per_iteration'])} back; host peak {format_bytes(off['peak_host_bytes'])} "
+           "(stages summed); device peaks count no host bytes"]
+    if off.get("note"):
+        out.append(f"note: {off['note']}")
     return out
 
 

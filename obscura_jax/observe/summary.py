@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 
 from obscura_jax.observe.step_time import median_step, spread, timed
+from obscura_jax.runtime.residuals import HOST_MEMORY_KINDS
 from schedules.ir import Kind
 from schedules.simulator import iteration_time, on_one_device, stage_memory
 from schedules.timeline import Timeline, with_recompute_shares
@@ -106,7 +107,7 @@ def summarize(out) -> dict:
         own_peak = device_peak if alone else None
         row.update({"process": facts["process"], "device": mesh_name(pipe.placement.mesh(s), pipe.group.size),
                     "pipeline_device": where[s], "weight_bytes": weight,
-                    "peak_activation_bytes": live,
+                    "peak_activation_bytes": live, "peak_host_bytes": facts.get("ledger_host_peak", 0),
                     "temp_bytes": facts["temp_bytes"], "accounted_peak_bytes": accounted,
                     "device_peak_bytes": device_peak,
                     "peak_bytes": own_peak if own_peak is not None else accounted,
@@ -144,7 +145,9 @@ def summarize(out) -> dict:
         "format": "obscura-train/1", "model": run.model, "schedule": pipe.schedule.name,
         "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
         "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
-        "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
+        "policy": run.policy if isinstance(run.policy, str) else run.policy.name,
+        "offload": offload_summary(pipe, stages, every_device),
+        "adjusted_stages": list(pipe.schedule.adjusted_stages),
         "weight_grad": run.weight_grad_options.to_json(),
         "devices": [device_name(d, pipe.group.size) for d in devices], "placement_note": pipe.placement.note,
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
@@ -182,6 +185,25 @@ def summarize(out) -> dict:
             c = c.with_(optimizer=tuple(update_time * w / total for w in c.weight_bytes))
         result["simulated_serial_time"] = iteration_time(on_one_device(pipe.schedule, c), c)
     return result
+
+
+CPU_HOST_NOTE = ("on CPU devices JAX's device and pinned_host memories are both this machine's RAM: residual "
+                 "bytes are split by the memory kind JAX reports for each leaf, not by hardware")
+
+
+def offload_summary(pipe, stages: list[dict], devices) -> dict:
+    """The run's offloading: the ops the stages' policies offload, the host memory
+    kinds their residuals are in (as JAX reports them), the bytes moved to host and
+    back per iteration, and the stages' host peaks summed (offloaded and swapped-out
+    residuals; device peaks count none of them)."""
+    kinds = sorted({k for st in stages for k, n in st["residual_memory_kinds"].items()
+                    if n and k in HOST_MEMORY_KINDS})
+    cpu = any(d.platform == "cpu" for d in devices)
+    return {"ops": sorted({op for pol in pipe.policies for op in pol.offload}), "memory_kinds": kinds,
+            "to_host_bytes_per_iteration": sum(st["offload_bytes_per_iteration"]["to_host"] for st in stages),
+            "from_host_bytes_per_iteration": sum(st["offload_bytes_per_iteration"]["from_host"] for st in stages),
+            "peak_host_bytes": sum(st["peak_host_bytes"] for st in stages),
+            "note": CPU_HOST_NOTE if cpu and kinds else None}
 
 
 def measured_with_recompute(outcome) -> Timeline | None:

@@ -88,6 +88,7 @@ class TrainOutcome:
     transfers: list = field(default_factory=list)   # its stage-to-stage copies (events.MeasuredTransfer)
     memory: RunMemory | None = None                  # the memory check's estimates (obscura_jax.run.memory_check)
     device_peaks: dict = field(default_factory=dict)  # every process's devices: memory_stats peak bytes
+    host_peak: list = field(default_factory=list)   # per stage: residual bytes in host memory at once (ledger)
 
     def stage_params(self) -> dict:
         """This process's stages' params (unit name -> tree), gathered to host: the
@@ -184,7 +185,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")
         with naming("compiling the stage programs"):
-            pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer, order,
+            pipe = build_pipeline(cfg, schedule, partition, run.base_policy(cfg), placement, shape, optimizer, order,
                                   swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group,
                                   weight_grad=run.weight_grad_options)
             memory.verify(pipe)         # XLA's own sizes, before any array is placed
@@ -251,7 +252,7 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     turns = range(group.size) if group.size > 1 and device.platform == "cpu" and not spans else [group.rank]
     for turn in turns:
         if turn == group.rank:
-            stages = measure_stages(pipe, outcome.states, run.policy, timing)
+            stages = measure_stages(pipe, outcome.states, run.base_policy(pipe.cfg), timing)
         if len(turns) > 1:
             group.barrier(f"costs measured by process {turn}")
     part = {"stages": stages, "boundaries": measure_boundaries(pipe, timing)}
@@ -318,6 +319,8 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             for k, v in result.dispatch_seconds.items():
                 outcome.dispatch.setdefault(k, []).extend(v)
             peak_live = [max(a, b) for a, b in zip(peak_live, result.ledger.peak)]
+            host_before = outcome.host_peak or [0] * len(peak_live)
+            outcome.host_peak = [max(a, b) for a, b in zip(host_before, result.ledger.host_peak)]
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{pipe.shape.tokens_per_step / seconds:,.0f}")
@@ -360,12 +363,13 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
     for s in reporting:
         st, prog = outcome.states[s], pipe.programs[s]
         after, before = _mesh_peak(pipe.placement.mesh(s)), before_peaks[s]
-        sizes = prog.residual_leaf_bytes
+        sizes = prog.residual_device_leaf_bytes
         swapped = (sum(sizes[i] for i in choose_leaves(sizes, pipe.schedule.stages[s].swap_fraction))
                    if pipe.executor.swap_enabled else 0)
         mine.append({"stage": s, "process": group.rank, "row": pipe.stage_row(s),
                      "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                      "ledger_peak": peak_live[s], "temp_bytes": prog.temp_bytes,
+                     "ledger_host_peak": outcome.host_peak[s] if outcome.host_peak else 0,
                      "device_peak": None if after is None or (before is not None and after <= before) else after,
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})
     off = group.clock_offset
