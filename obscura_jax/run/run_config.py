@@ -103,6 +103,7 @@ class RunConfig:
     head_weight_grad: str = "auto"     # the head's W: auto | defer | at-once (obscura_jax.runtime.weight_grad)
 
     def __post_init__(self) -> None:
+        """Long: every field checked in turn, each with its own one-line error."""
         if isinstance(self.schedule, os.PathLike):
             object.__setattr__(self, "schedule", os.fspath(self.schedule))
         if not isinstance(self.schedule, (str, Schedule)):

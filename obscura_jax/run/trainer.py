@@ -15,7 +15,6 @@ and meets the others at fixed points, in the same order on all of them:
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -38,10 +37,10 @@ from obscura_jax.runtime.executor import make_optimizer
 from obscura_jax.run.memory_check import RunMemory, device_name, device_peak
 from obscura_jax.runtime.out_of_memory import DeviceOutOfMemory, naming
 from obscura_jax.observe.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
-from obscura_jax.runtime.messages import order_digest, transfer_plan
 from obscura_jax.runtime.placement import Placement, place_schedule
 from obscura_jax.run.plan_run import plan_issue_order
 from obscura_jax.processes.process_group import SINGLE, ProcessGroup
+from obscura_jax.run.agreement import agreed, check_order, identity_of
 from obscura_jax.run.run_config import RunConfig
 from obscura_jax.observe.step_time import first_timed_step, median_step, timed
 from obscura_jax.runtime.swap import choose_leaves
@@ -99,17 +98,6 @@ class TrainOutcome:
             if st is not None:
                 out.update(jax.tree.map(local_value, st.params))
         return out
-
-
-def identity_of(run: RunConfig, partition, schedule, group: ProcessGroup = SINGLE) -> dict:
-    """What a checkpoint must share with a run resuming it (the schedule may differ)."""
-    cfg = run.model_config()
-    return {"model": run.model, "units": [list(r) for r in partition], "stages": len(partition),
-            "processes": group.size, "seed": run.seed, "data": run.data, "data_dtype": run.data_dtype,
-            "micro_batch_size": run.micro_batch_size, "seq_len": run.seq_len,
-            "microbatches": schedule.num_microbatches, "compute_dtype": cfg.compute_dtype,
-            "param_dtype": cfg.param_dtype, "optimizer": [run.optimizer, run.learning_rate, run.weight_decay],
-            "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel}}
 
 
 def _mesh_peak(mesh):
@@ -190,7 +178,7 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
                                   weight_grad=run.weight_grad_options)
             memory.verify(pipe)         # XLA's own sizes, before any array is placed
         # before any transfer between processes
-        check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
+        check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": agreed(run)})
         with naming("placing the stages' parameters"):
             pipe.executor.transport.warm_up()
             states = pipe.init_state(run.seed)
@@ -216,28 +204,6 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
 
 def _trees(states: list) -> list:
     return [None if st is None else (st.params, st.opt_state) for st in states]
-
-
-def _agreed(run: RunConfig) -> dict:
-    """The run's settings every process must share (paths may differ between hosts)."""
-    fields = dataclasses.asdict(run)
-    fields.pop("checkpoint_dir")
-    return fields
-
-
-def check_order(pipe: Pipeline, group: ProcessGroup, what: str, extra: dict) -> None:
-    """Every process must hold the same schedule, issue order and transfer plan (a
-    cross-process transfer issued out of order swaps data or hangs) and run the same
-    settings (`extra`): compare their hash; a difference is a one-line error on every
-    process."""
-    ex = pipe.executor
-    process_of = [d.process_index for d in pipe.placement.devices]
-    plan = getattr(ex.transport, "plan", None)
-    if plan is None:
-        plan = transfer_plan(ex.order, ex.routes, process_of)
-    digest, summary = order_digest(pipe.schedule, ex.order, plan, process_of, pipe.boundary_specs,
-                                   {**extra, "jax": jax.__version__})
-    group.agree(what, digest, summary)
 
 
 def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:

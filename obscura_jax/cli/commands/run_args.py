@@ -46,6 +46,7 @@ def steps_help() -> str:
 
 
 def add_model_data_args(p: argparse.ArgumentParser) -> None:
+    """Long: one add_argument per flag of train and compare, in three groups."""
     g = p.add_argument_group("model and data")
     d = FLAG_DEFAULTS
     g.add_argument("--model", default=None, help=f"model config name (default {d['model']})")

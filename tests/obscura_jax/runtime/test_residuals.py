@@ -64,7 +64,7 @@ print(order_digest(sched, schedules.issue_order(sched), [], [0, 0], [], {"run": 
 
 
 def test_a_policy_with_sets_digests_alike_in_every_process():
-    """The processes of one run hash its settings (trainer.check_order: the RunConfig
+    """The processes of one run hash its settings (agreement.check_order: the RunConfig
     as a dict): a frozenset's order follows the process's string hashing, so the
     digest must sort it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
