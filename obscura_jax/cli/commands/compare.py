@@ -27,6 +27,7 @@ from obscura_jax.cli.commands.run_args import (add_model_data_args, add_process_
                                            fill_defaults, run_config, run_with_processes)
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import compare_report, train_report
+from schedules.generators import SCHEDULES
 from schedules.jsonio import check_writable, write_json_atomic, write_text_atomic
 
 PLAIN = ("gpipe", "1f1b")
@@ -42,7 +43,8 @@ def add_parser(sub):
         "compare", help="run several schedules one after the other: one table + measured Gantt charts",
         description=__doc__.split("\n\n")[0])
     p.add_argument("--schedules", default=None,
-                   help="comma list of schedules, each NAME[:key=value...] (default 1f1b,obscura)")
+                   help=f"comma list of schedules, each NAME[:key=value...], NAME a generator ({', '.join(SCHEDULES)}) "
+                        "(default 1f1b,obscura)")
     p.add_argument("--demo", action="store_true",
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
                         "1F1B vs Obscura (explicit flags still override)")

@@ -17,6 +17,7 @@ from obscura_jax.cli import interrupt
 from obscura_jax.checkpoints.directory import check_unlocked
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import train_report
+from schedules.generators import SCHEDULES
 from schedules.jsonio import check_writable, write_json_atomic
 
 
@@ -27,7 +28,7 @@ def add_parser(sub):
                     "per-step loss and tokens/s, iteration time against the simulator's prediction "
                     "from costs measured in the same run, per-stage peak memory, measured timeline.")
     p.add_argument("--schedule", default=None,
-                   help="gpipe, 1f1b, recomp, strawman, obscura, or a schedule JSON file (default 1f1b)")
+                   help=f"a generator ({', '.join(SCHEDULES)}) or a schedule JSON file (default 1f1b)")
     p.add_argument("--plan", default=None, metavar="PLAN.json",
                    help="run a planner plan (schedule, partition, policies) instead of --schedule; the "
                         "plan's model, layers, seq len, micro-batch and stage layout (D x T) become the defaults "
