@@ -49,7 +49,7 @@ def add_parser(sub):
                    help="the built-in demo: llama2-tiny on stdlib text, 4 emulated CPU devices, "
                         "1F1B vs Obscura (explicit flags still override)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the table, JSON and PNGs; one compare at a time (a lock "
-                        "file .obscura.lock-DIR beside it)")
+                        "file .obscura.lock-DIR beside it while it runs)")
     p.add_argument("--json", default=None, metavar="PATH",
                    help="also write the comparison (obscura-compare/1, DIR/compare.json) here (default: not written)")
     add_schedule_args(p)

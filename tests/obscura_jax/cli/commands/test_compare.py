@@ -43,6 +43,8 @@ def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
     # every file written is listed, each once
     listed = sorted(ln[len("wrote "):] for ln in table.splitlines() if ln.startswith("wrote "))
     assert listed == sorted([str(tmp_path / "cmp.json"), *(str(p) for p in out.rglob("*") if p.is_file())])
+    # nothing else is left behind: no lock file beside --out, no temporary directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.json", "demo"]
 
 
 @pytest.mark.slow
