@@ -38,10 +38,11 @@ import reproduction_tables
 ROOT = Path(__file__).resolve().parents[1]
 VALUE = re.compile(r"<!-- value: ([\w.\-]+) -->(.*?)<!-- end value -->", re.S)
 EXAMPLE = re.compile(r"(<!-- example: ([\w.\-]+) -->\n)(.*?)(<!-- end example -->)", re.S)
-# What the scan for unsourced figures skips: fenced code, the rendered blocks, inline
+# What the scan for unsourced figures skips: fenced code, the rendered blocks (cli.md's option
+# tables are scripts/cli_doc.py's, from the parser), inline
 # code, comments and link targets.
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
-BLOCK = re.compile(r"<!-- (table|value|example): [\w.\-]+ -->.*?<!-- end \1 -->", re.S)
+BLOCK = re.compile(r"<!-- (table|value|example|options): [\w.\-]+ -->.*?<!-- end \1 -->", re.S)
 SKIP = (re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"), re.compile(r"\]\([^)]*\)"))
 UNIT = r"(?:ms|us|µs|s|GiB|MiB|KiB|GB/s|GB|MB|TB|TFLOP/s|%)"
 NUMBER = r"\d+(?:\.\d+)?"

@@ -208,6 +208,8 @@ VALUES = {
     "design.zb_mid_scratch": lambda: f"{_engine('v6', 'zb_h1')['stages'][1]['temp_bytes'] / GiB:.2f}",
     "design.recomp_peak": lambda: f"{_engine('v3', 'recomp_all')['stages'][0]['device_peak_bytes'] / GiB:.2f} GiB",
     "design.last_resid": lambda: f"{_engine('v6', '1f1b')['stages'][-1]['residual_bytes_per_microbatch'] / GiB:.2f}",
+    # ---- docs/cli.md ----
+    "cli.zbh1_makespan": lambda: f"{_unit_cost_makespan('zb-h1', 4, 8, fwd=1.0, bwd=2.0, input_grad=1.0, weight_grad=1.0):g}",
     # ---- docs/formats.md ----
     "formats.full_share": lambda: _pct(sum(unit("llama2", k)["full_recompute_time"] for k in ("attn", "mlp")) / layer_fwd("llama2")),
     # ---- docs/multiprocess.md ----
@@ -218,6 +220,15 @@ VALUES = {
     "mp.cross_process": lambda: benchmarks(r"A cross-process transfer costs ~(\d+x) an in-process one"),
     "mp.swap_hidden": lambda: benchmarks(r"in-run [\d.]+/[\d.]+ GB/s with \d+% overlap, (\d+%) of swap time hidden"),
 }
+
+
+def _unit_cost_makespan(name: str, p: int, m: int, fwd: float, bwd: float, input_grad: float,
+                        weight_grad: float) -> float:
+    """What `obscura simulate --schedule NAME --stages P --microbatches M --fwd .. --bwd ..
+    --input-grad-time .. --weight-grad-time ..` prints as the makespan."""
+    from schedules import StageCosts, generate, simulate  # lazy: only this value simulates
+    costs = StageCosts.uniform(p, fwd=fwd, bwd=bwd, input_grad=(input_grad,) * p, weight_grad=(weight_grad,) * p)
+    return simulate(generate(name, p, m, costs=costs), costs).makespan
 
 
 def _engine(version: str, run: str) -> dict:
