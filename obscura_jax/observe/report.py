@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 from models.registry import format_units
-from schedules.sizes import format_bytes
+from schedules.sizes import format_bytes, format_seconds
+from schedules.text import pipeline_shape
+from schedules.timeline import BUBBLE_DEFINITION
 
-
-def fmt_time(t) -> str:
-    if t is None:
-        return "-"
-    if t >= 1:
-        return f"{t:.3f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.1f} ms"
-    return f"{t * 1e6:.0f} us"
+fmt_time = format_seconds     # '1.426 s', '83.8 ms', '22 us'
+CPU_NOTE = ("times measured on emulated CPU devices are illustrative: the devices share the host's cores "
+            "and caches, so the order of schedules may differ from the simulator's, which prices each device "
+            "running alone")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -41,19 +38,34 @@ def timing_lines(res: dict) -> list[str]:
                    f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}"
                    f"{chart}")
     if res.get("bubble_fraction") is not None or res.get("simulated_bubble_fraction") is not None:
-        out.append(f"bubble (idle share of device time): measured {_pct(res.get('bubble_fraction'))}, "
-                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute apart: measured "
-                   f"{_pct(res.get('recompute_fraction'))}, simulated {_pct(res.get('simulated_recompute_fraction'))}")
+        out.append(f"bubble = {BUBBLE_DEFINITION}: measured {_pct(res.get('bubble_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute (busy, not useful work; "
+                   f"same denominator): measured {_pct(res.get('recompute_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_recompute_fraction'))}")
     if res.get("cpu_note"):
         out.append(f"note: {res['cpu_note']}")
+    if on_cpu(res):
+        out.append(f"note: {CPU_NOTE}")
     return out
+
+
+def on_cpu(res: dict) -> bool:
+    """Whether the run's devices are (emulated) CPU devices: 'cpu:0', 'p1:cpu:0'."""
+    return any(str(d).split(":")[-2:-1] == ["cpu"] for d in res.get("devices") or ())
+
+
+def header(res: dict) -> str:
+    """'obscura: llama2-tiny, 4 devices, 16 model stages (4 per device), m=8 micro-batches
+    (b=4, T=64), data stdlib, on cpu:0, ...'."""
+    rows = res.get("pipeline_devices") or [{"stages": [s]} for s in range(res["num_stages"])]
+    return (f"{res['schedule']}: {res['model']}, {pipeline_shape([len(d['stages']) for d in rows])}, "
+            f"m={res['num_microbatches']} micro-batches (b={res['micro_batch_size']}, T={res['seq_len']}), "
+            f"data {res['data']}, on {', '.join(sorted(set(res['devices'])))}")
 
 
 def train_report(res: dict) -> str:
     losses = res["losses"]
-    out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
-           f"b={res['micro_batch_size']} T={res['seq_len']}, data {res['data']}, "
-           f"devices {', '.join(sorted(set(res['devices'])))}"]
+    out = [header(res)]
     lay = res.get("layout") or {}
     if lay.get("data", 1) * lay.get("tensor", 1) > 1:
         out.append(f"layout: every stage on {lay['data']} data x {lay['tensor']} tensor devices "
@@ -188,5 +200,30 @@ def compare_report(results: list[dict]) -> str:
                      _pct(r.get("bubble_fraction")),
                      f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
                      " / ".join(format_bytes(p) for p in peaks)])
-    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
-                  "peak per stage"], rows)
+    out = [table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
+                  "peak per stage"], rows),
+           f"bubble = {BUBBLE_DEFINITION}, measured in the charted step"]
+    cpu = any(on_cpu(r) for r in results)
+    if cpu:
+        out.append(f"note: {CPU_NOTE}")
+    out += [f"note: {line}" + ("; CPU timings are illustrative" if cpu else "") for line in order_conflicts(results)]
+    return "\n".join(out)
+
+
+def order_conflicts(results: list[dict]) -> list[str]:
+    """One line per pair of runs whose measured order contradicts their simulated order."""
+    out = []
+    timed = [r for r in results if r.get("iteration_time") and r.get("simulated_iteration_time")]
+    name = lambda r: r.get("label", r["schedule"])  # noqa: E731
+    for i, a in enumerate(timed):
+        for b in timed[i + 1:]:
+            measured = a["iteration_time"] - b["iteration_time"]
+            simulated = a["simulated_iteration_time"] - b["simulated_iteration_time"]
+            if measured * simulated < 0:
+                fast, slow = (a, b) if measured < 0 else (b, a)
+                out.append(f"{name(fast)} measured faster than {name(slow)} ({fmt_time(fast['iteration_time'])} vs "
+                           f"{fmt_time(slow['iteration_time'])}) but simulated slower "
+                           f"({fmt_time(fast['simulated_iteration_time'])} vs "
+                           f"{fmt_time(slow['simulated_iteration_time'])}): the measured order contradicts the "
+                           "simulator's")
+    return out

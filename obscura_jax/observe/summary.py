@@ -77,7 +77,7 @@ def summarize(out) -> dict:
     iteration = out.chart_seconds if out.chart_seconds is not None else (chosen.seconds if chosen else None)
     step_time = ({"timed_steps": len(timed_logs), **spread([s.seconds for s in timed_logs])}
                  if timed_logs else None)
-    sim = out.simulated
+    sim = simulated_with_optimizer(out)
     charted = measured_with_recompute(out)
     measured = out.measured
     update_time = out.update_seconds
@@ -169,7 +169,7 @@ def summarize(out) -> dict:
         "dispatch_us": dispatch, "swap": swap, "stages": stages,
         "pipeline_devices": pipeline_devices(schedule, measured, sim, out.timeline),
         "costs": measured.to_json() if measured is not None else None,
-        "timeline": out.timeline.to_json() if out.timeline is not None else None,
+        "timeline": measured_step(out).to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
         "memory": out.memory.to_json(out.device_peaks) if out.memory is not None else None,
     }
@@ -208,15 +208,36 @@ def offload_summary(pipe, stages: list[dict], devices) -> dict:
 
 def measured_with_recompute(outcome) -> Timeline | None:
     """The run's measured timeline with each backward's recompute share marked (from
-    the costs measured in the same run: a measured backward cannot be seen inside),
-    for drawing, traces and the recompute fraction."""
-    tl, measured = outcome.timeline, outcome.measured
+    the costs measured in the same run: a measured backward cannot be seen inside)
+    and ending with the measured optimizer step, so it spans the charted step's wall
+    time (the iteration time): for drawing, traces and the bubble and recompute
+    fractions."""
+    tl, measured = measured_step(outcome), outcome.measured
     if tl is None or measured is None:
         return tl
     stages = outcome.pipeline.schedule.stages
     shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
               for s, spec in enumerate(stages)]
     return with_recompute_shares(tl, shares)
+
+
+def measured_step(outcome) -> Timeline | None:
+    """The run's measured timeline ending with the measured optimizer step: it spans
+    the charted step's wall time, the measured iteration time."""
+    tl = outcome.timeline
+    if tl is None or outcome.chart_seconds is None:
+        return tl
+    return tl.with_optimizer(outcome.update_seconds or 0.0, end=outcome.chart_seconds)
+
+
+def simulated_with_optimizer(outcome) -> Timeline | None:
+    """The simulation on the run's measured costs, ending with the optimizer step as
+    measured in the charted step (every device steps for that long): it spans the
+    simulated iteration time the report prints."""
+    sim = outcome.simulated
+    if sim is None or outcome.update_seconds is None:
+        return sim
+    return sim.with_optimizer(outcome.update_seconds)
 
 
 def placed_as_written(stage_to_device, device_ids) -> bool:
