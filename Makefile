@@ -65,5 +65,6 @@ test-gpu: $(NEEDS)
 test-busy: bytecode
 	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q $(XDIST)
 
+# (.obscura.lock-demo_out: what a demo of an earlier version left beside demo_out)
 clean:
-	rm -rf $(VENV) demo_out
+	rm -rf $(VENV) demo_out .obscura.lock-demo_out

@@ -7,7 +7,7 @@ Public API (what engine, planner and profiler code against):
             ops_for, unit_ops, op_unit_kind, preset_names, preset_ops, all_ops,
             format_units (a unit range as tables print it: "[a, b)")
             (models.registry); the built-in llama and gpt: LLAMA_OPS, GPT_OPS (models.ops)
-  policies  RecomputePolicy, resolve_policy
+  policies  RecomputePolicy, resolve_policy, offload_names
   units     unit_names, unit_kind, even_partition, tree_bytes
   params    init_params, abstract_params, count_params, stage_params
   stages    Stage, build_stage, model_loss, model_logits
@@ -32,7 +32,7 @@ _EXPORTS = {
     "load_model_module": "models.registry", "UNIT_KINDS": "models.registry",
     "ops_for": "models.registry", "unit_ops": "models.registry", "op_unit_kind": "models.registry",
     "preset_names": "models.registry", "format_units": "models.registry", "preset_ops": "models.registry", "all_ops": "models.registry",
-    "RecomputePolicy": "models.policy", "resolve_policy": "models.policy",
+    "RecomputePolicy": "models.policy", "resolve_policy": "models.policy", "offload_names": "models.policy",
     "Stage": "models.stage", "build_stage": "models.stage", "model_logits": "models.stage",
     "model_loss": "models.stage", "unit_apply_fn": "models.stage",
     "abstract_params": "models.units", "count_params": "models.units",

@@ -22,8 +22,6 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import jax
-
 from models.config import ModelConfigError
 from models.registry import LAYER, all_ops, ops_for, preset_names, preset_ops
 
@@ -66,6 +64,8 @@ class RecomputePolicy:
 
     def to_jax(self):
         """The `jax.checkpoint` policy for this recompute/offload choice."""
+        import jax  # lazy: resolving and validating a policy (RunConfig, the CLI) starts no JAX
+
         cp = jax.checkpoint_policies
         saved = sorted(self.saved)
         if self.offload:
@@ -95,6 +95,29 @@ def _split_spec(spec) -> list[str]:
     raise ModelConfigError(f"policy must be a preset name, op list or RecomputePolicy, got {spec!r}")
 
 
+def offload_names(spec) -> list[str]:
+    """An offload set as given (`--offload OPS`, RunConfig.offload, resolve_policy's
+    `offload`): a comma list or an iterable of op and preset names, with no empty
+    item (`mlp_gate,,mlp_up` or a trailing comma is a typo, not an empty set)."""
+    items = spec.split(",") if isinstance(spec, str) else None
+    if items is not None:
+        if not spec.strip():
+            raise ModelConfigError("offload names no op: give op or preset names separated by commas")
+        if any(not t.strip() for t in items):
+            raise ModelConfigError(f"offload {spec!r} has an empty item: give op or preset names separated "
+                                   "by commas")
+        return [t.strip() for t in items]
+    if isinstance(spec, Iterable):
+        return [name for item in spec for name in offload_names(_named(item))]
+    raise ModelConfigError(f"offload must be op or preset names, got {spec!r}")
+
+
+def _named(item):
+    if not isinstance(item, str):
+        raise ModelConfigError(f"offload entries must be op or preset names, got {item!r}")
+    return item
+
+
 def _expand(names: list[str], family: str, what: str) -> frozenset[str]:
     ops, presets = ops_for(family), preset_names(family)
     out: set[str] = set()
@@ -113,10 +136,10 @@ def _expand(names: list[str], family: str, what: str) -> frozenset[str]:
 def resolve_policy(spec, family: str, offload=()) -> RecomputePolicy:
     """A preset name, a comma-separated op list, an iterable of op/preset names
     (their union) or a RecomputePolicy -> RecomputePolicy for `family`. `offload`
-    takes the same forms and is added to the policy's offload set; an op both
-    recomputed and offloaded is an error."""
+    takes the same forms (an empty item is an error: offload_names) and is added to
+    the policy's offload set; an op both recomputed and offloaded is an error."""
     ops = ops_for(family)  # validates the family
-    extra_offload = _expand(_split_spec(offload), family, "offload op")
+    extra_offload = _expand(offload_names(offload), family, "offload op")
     if not isinstance(spec, RecomputePolicy) and spec is not None and LAYER in _split_spec(spec):
         if _split_spec(spec) != [LAYER] or extra_offload:
             raise ModelConfigError(f"policy {LAYER!r} (one checkpoint per layer) stands alone: it cannot be "

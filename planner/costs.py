@@ -7,7 +7,7 @@ see the same stage.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -102,18 +102,51 @@ def weight_bytes(profile: Profile, units: tuple[int, int]) -> float:
 
 
 def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str],
-               unit_kept: UnitKept | None = None) -> float:
-    """Activation bytes one micro-batch leaves on the stage under recompute set R:
-    the profile's additive figure, or the larger traced one when `unit_kept`
-    (planner.residuals.exact_unit_kept) is given."""
+               unit_kept: UnitKept | None = None, offload: Iterable[str] = ()) -> float:
+    """Activation bytes one micro-batch leaves on the stage's DEVICE under recompute
+    set R: the profile's additive figure, or the larger traced one when `unit_kept`
+    (planner.residuals.exact_unit_kept) is given; the ops in `offload` that R does
+    not recompute are kept in host memory instead (host_kept_bytes) and not counted."""
     r = frozenset(recompute)
     if LAYER in r:
         return _layer_kept(profile, units, unit_kept)
     total = 0.0
     for k in profile.kinds[units[0]:units[1]]:
         b = profile.unit(k).kept_bytes(r)
-        total += max(b, unit_kept(k, r)) if unit_kept is not None else b
+        total += (max(b, unit_kept(k, r)) if unit_kept is not None else b) - _unit_host_bytes(profile, k, r, offload)
     return total
+
+
+def host_kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str],
+                    offload: Iterable[str]) -> float:
+    """Activation bytes one micro-batch keeps in HOST memory: the act_bytes of the
+    offloaded ops that R does not recompute (a recomputed op is kept nowhere; under
+    `full` or `layer` nothing is offloaded)."""
+    r = frozenset(recompute)
+    return sum(_unit_host_bytes(profile, k, r, offload) for k in profile.kinds[units[0]:units[1]])
+
+
+def _unit_host_bytes(profile: Profile, kind: str, recompute: frozenset, offload: Iterable[str]) -> float:
+    if FULL in recompute or LAYER in recompute:
+        return 0.0
+    host = frozenset(offload) - recompute
+    return sum(op.act_bytes for name, op in profile.unit(kind).ops if name in host)
+
+
+def offload_profile(profile: Profile, offload: Iterable[str]) -> Profile:
+    """`profile` with the offloaded ops' act_bytes taken off the device (0), so that
+    every kept-bytes figure derived from it (stage_costs, the planner's peaks) is
+    device bytes: kept_bytes(offload_profile(P, O), u, R) == kept_bytes(P, u, R,
+    offload=O) for every R (additive figures). What it does not count: an op of O
+    that R recomputes is live on the device while its backward recomputes it (the
+    working set, UnitProfile.recomputed_bytes, reads 0 for it here), and a backward
+    brings its micro-batch's offloaded bytes back to the device while it runs;
+    `obscura plan --offload` says how much that is per stage."""
+    host = frozenset(offload)
+    units = tuple((kind, replace(unit, ops=tuple((n, replace(op, act_bytes=0.0) if n in host else op)
+                                                 for n, op in unit.ops)))
+                  for kind, unit in profile.units)
+    return replace(profile, units=units)
 
 
 def _whole_layer_mlps(profile: Profile, units: tuple[int, int]) -> list[int]:

@@ -7,7 +7,11 @@ first: a backward re-runs its forward before differentiating). With several stag
 on a device, a later chunk's bars are lighter and labelled "mb/stage". Two thin
 lanes under each row show the host links: swap-out (orange) and swap-in (purple).
 Idle time is shaded by the paper's bubble classes: forward bubble (yellow),
-backward bubble (pink), other idle (grey). The makespan is in the title.
+backward bubble (pink), other idle (grey). A timeline that ends with its optimizer
+step (Timeline.optimizer: measured runs, and simulations with per-stage optimizer
+costs) draws it on every device (dark grey) after the last action, so the chart
+spans the whole iteration and its title gives the iteration time, the number the
+reports print; without one the title gives the makespan.
 The time axis says its unit: `time_unit="s"` for timelines in seconds (measured
 ones, or simulated from measured costs; drawn in ms below one second), else the
 unit of the costs the simulation used (default "cost units", e.g. f = 1).
@@ -24,15 +28,18 @@ state), so drawing works headless and inside tests.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from schedules.ir import Kind
 from schedules.jsonio import replace_atomically
+from schedules.sizes import format_seconds
 from schedules.timeline import Timeline, idle_intervals
 
 COLORS = {"F": "#4C72B0", "B": "#55A868", "I": "#8C9A3A", "R": "#C44E52", "W": "#64B5CD", "SO": "#DD8452",
-          "SI": "#8172B3", "forward_bubble": "#F6E58D", "backward_bubble": "#F8C5D0", "idle": "#ECECEC"}
+          "SI": "#8172B3", "OPT": "#5A5A5A", "forward_bubble": "#F6E58D", "backward_bubble": "#F8C5D0",
+          "idle": "#ECECEC"}
 
 
 RASTER_OPS = 3000           # ops per panel above which bars are rasterised (no labels)
@@ -63,8 +70,10 @@ def _draw_raster(ax, timeline: Timeline, xmax: float) -> None:
         top = d * _ROW_PX
         ops = timeline.device_ops(d)
         chunk_of = {s: i for i, s in enumerate(sorted({o.stage for o in ops}))}
-        for a, b, label in idle_intervals(ops, timeline.makespan):
+        for a, b, label in _idle(timeline, d, ops):
             paint(top + band[0], top + band[1], a, b, COLORS.get(label, COLORS["idle"]))
+        for a, b in _optimizer_span(timeline, d):
+            paint(top + band[0], top + band[1], a, b, COLORS["OPT"])
         for o in ops:
             k = o.kind.value
             if k in ("SO", "SI"):
@@ -90,6 +99,28 @@ def _lighter(color: str, chunk: int) -> str:
     return "#" + "".join(f"{round(c + (255 - c) * mix):02X}" for c in rgb)
 
 
+def _idle(timeline: Timeline, device: int, ops) -> list[tuple[float, float, str]]:
+    """The device's idle stretches over the whole iteration: those before its last
+    action ends, and the rest of the iteration it does not step its optimizer."""
+    out = idle_intervals(ops, timeline.makespan)
+    step = timeline.optimizer
+    if step is not None:
+        busy = _optimizer_span(timeline, device)
+        if step.start > timeline.makespan:
+            out.append((timeline.makespan, step.start, "idle_after"))
+        after = busy[0][1] if busy else step.start
+        if step.end > after:
+            out.append((after, step.end, "idle_after"))
+    return out
+
+
+def _optimizer_span(timeline: Timeline, device: int) -> list[tuple[float, float]]:
+    step = timeline.optimizer
+    if step is None or step.seconds[device] <= 0:
+        return []
+    return [(step.start, step.start + step.seconds[device])]
+
+
 def _axis_unit(time_unit: str | None, xmax: float) -> tuple[float, str]:
     """(factor from timeline units to axis units, axis unit name)."""
     if time_unit == "s":
@@ -97,9 +128,15 @@ def _axis_unit(time_unit: str | None, xmax: float) -> tuple[float, str]:
     return 1.0, time_unit or "cost units"
 
 
-def _makespan_text(makespan: float, time_unit: str | None) -> str:
-    factor, name = _axis_unit(time_unit, makespan)
-    return f"{makespan * factor:.4g} {name}"
+def _makespan_text(timeline: Timeline, time_unit: str | None) -> str:
+    """'iteration 83.8 ms (optimizer step included)' (the reports' iteration time, in
+    their format) or, without an optimizer step, 'makespan 27 cost units'."""
+    if timeline.optimizer is None:
+        t, what = timeline.makespan, "makespan"
+    else:
+        t, what = timeline.iteration_time, "iteration"
+    text = format_seconds(t) if time_unit == "s" else f"{t:.4g} {time_unit or 'cost units'}"
+    return f"{what} {text}" + (" (optimizer step included)" if timeline.optimizer is not None else "")
 
 
 def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str | None = None) -> None:
@@ -114,8 +151,10 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str
         chunk_of = {s: i for i, s in enumerate(sorted({o.stage for o in ops}))}
         # one collection per colour and band (not one per bar): drawing cost grows with artists
         bars: dict[tuple, list] = {}
-        for a, b, label in idle_intervals(ops, timeline.makespan):
+        for a, b, label in _idle(timeline, d, ops):
             bars.setdefault(("idle", COLORS.get(label, COLORS["idle"])), []).append((a, b - a))
+        for a, b in _optimizer_span(timeline, d):
+            bars.setdefault(("op", COLORS["OPT"]), []).append((a, b - a))
         for o in ops:
             k = o.kind.value
             if k in ("SO", "SI"):
@@ -147,7 +186,8 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str
     ax.set_ylim(-0.65, n - 0.55)
     _time_axis(ax, time_unit, xmax)
     name = title if title is not None else timeline.name
-    ax.set_title(f"{name}  (makespan {_makespan_text(timeline.makespan, time_unit)})", fontsize=9, loc="left")
+    # the iteration time first: a long name is what the axes' width cuts off
+    ax.set_title(f"{_makespan_text(timeline, time_unit)}: {name}", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -174,6 +214,8 @@ def _legend(fig, timelines: Sequence[Timeline]) -> None:
         items.append(("W", "weight grad"))
     if kinds & {Kind.SO, Kind.SI}:
         items += [("SO", "swap out"), ("SI", "swap in")]
+    if any(t.optimizer is not None for t in timelines):
+        items.append(("OPT", "optimizer step"))
     items += [("forward_bubble", "forward bubble"), ("backward_bubble", "backward bubble"), ("idle", "other idle")]
     fig.legend(handles=[Patch(color=COLORS[k], label=lbl) for k, lbl in items], fontsize=7,
                ncol=len(items), loc="upper center", frameon=False, handlelength=1.2, columnspacing=1.0)
@@ -190,7 +232,7 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
     if not timelines:
         raise ValueError("draw_gantts needs at least one timeline")
     titles = list(titles) if titles is not None else [None] * len(timelines)
-    longest = max(t.makespan for t in timelines) or 1.0
+    longest = max(t.iteration_time for t in timelines) or 1.0
     heights = [0.45 * t.num_devices + 0.9 for t in timelines]
     width = min(22.0, max(8.0, 0.11 * max(len(t.ops) / max(t.num_devices, 1) for t in timelines) + 5))
     heights = [min(h, 0.2 * t.num_devices + 0.9) if len(t.ops) > RASTER_OPS else h
@@ -199,7 +241,7 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(timelines), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for ax, tl, title in zip(axes, timelines, titles):
-        _draw(ax, tl, title, longest if same_scale else (tl.makespan or 1.0), time_unit)
+        _draw(ax, tl, title, longest if same_scale else (tl.iteration_time or 1.0), time_unit)
     _legend(fig, timelines)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / sum(heights)))
     return _save(fig, path_png, svg)
@@ -236,7 +278,8 @@ def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: boo
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, frameon=False, ncol=2)
     name = title if title is not None else timeline.name
-    ax.set_title(f"{name}  (makespan {_makespan_text(timeline.makespan, time_unit)})", fontsize=9, loc="left")
+    ax.set_title(f"{name}  ({_makespan_text(replace(timeline, optimizer=None), time_unit)})", fontsize=9,
+                 loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

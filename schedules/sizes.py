@@ -1,11 +1,12 @@
-"""Byte sizes for people and from people, and the other values people type: the
-one parser of integers, numbers, sizes and comma lists, shared by every package
+"""Byte sizes and durations for people and from people, and the other values people type:
+the one parser of integers, numbers, sizes and comma lists, shared by every package
 (pure Python).
 
     parse_bytes("80GiB") == 85899345920.0     parse_bytes("85.9GB") == 85.9e9
     format_bytes(80 * GiB) == "80.0 GiB"      format_bytes(512) == "512 B"
     parse_int("12") == 12                     parse_real("1e-3") == 0.001
     split_items("a, b", "--policy") == ("a", "b")
+    format_seconds(0.0838) == "83.8 ms"       format_seconds(2.2e-5) == "22 us"
 
 Units: decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB, or none (bytes), any case.
 Digits are ASCII only: Python's int() and float() also read other scripts' digits
@@ -96,3 +97,14 @@ def format_bytes(n, decimals: int = 1) -> str:
         if abs(n) >= size:
             return f"{n / size:.{decimals}f} {unit}"
     return f"{n:.0f} B"
+
+
+def format_seconds(t) -> str:
+    """Seconds in the unit that shows them: '1.426 s', '83.8 ms', '22 us'; '-' for None."""
+    if t is None:
+        return "-"
+    if abs(t) >= 1:
+        return f"{t:.3f} s"
+    if abs(t) >= 1e-3:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.0f} us"

@@ -83,3 +83,14 @@ def timeline_ascii(timeline, unit: float = 1.0) -> str:
 
 def _digit(x: int) -> str:
     return "0123456789abcdefghijklmnopqrstuvwxyz"[x] if x < 36 else "+"
+
+
+def pipeline_shape(stages_per_device: Sequence[int]) -> str:
+    """'4 devices, 16 model stages (4 per device)': the words every report's header
+    uses for a pipeline (devices = the schedule's rows; model stages = what the
+    partition cuts the model into)."""
+    counts = list(stages_per_device)
+    lo, hi = min(counts, default=0), max(counts, default=0)
+    per = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return (f"{len(counts)} device{'s' if len(counts) != 1 else ''}, {sum(counts)} model "
+            f"stage{'s' if sum(counts) != 1 else ''} ({per} per device)")

@@ -13,8 +13,13 @@ paper's section-2 definitions):
   forward_bubble   between the last warm-up forward and the first backward
   backward_bubble  between the first backward and the last backward or weight-grad
   idle_after       after that (drain)
-so compute + all five = makespan; `bubble_fraction` is their share of devices x
-makespan, `recompute_fraction` the recompute's (busy, but not useful work).
+so compute + all five = makespan. An iteration ends with the optimizer step after
+the last action (`optimizer`, an OptimizerStep: measured, or the costs' per-stage
+`optimizer` simulated); the iteration time is its end (the makespan without one).
+BUBBLE_DEFINITION: `bubble_fraction` = device-seconds idle within the iteration
+(a device is busy while it computes, recompute included, and while it steps its
+optimizer) / (devices x iteration time); `recompute_fraction` is the recompute's
+share of the same denominator (busy, but not useful work).
 `recompute` is the part of `compute` spent re-running forwards inside backwards. `comm_wait` (overlapping the idle figures,
 it says why a device idled) is the time a compute op waited after all its compute
 inputs (schedules.deps, swap-ins left out) had finished and its stream was free:
@@ -30,12 +35,15 @@ from typing import NamedTuple
 from schedules.deps import dependencies
 from schedules.errors import ScheduleError
 from schedules.ir import BACKWARD_INPUT_KINDS, COMPUTE_KINDS, Action, Kind, action
+from schedules.iteration import OptimizerStep
 from schedules.memory import StageMemory, device_memory
 
 COMPUTE = COMPUTE_KINDS
 STAT_FIELDS = ("compute", "recompute", "forward_bubble", "backward_bubble", "comm_wait", "swap",
                "peak_activation_bytes", "peak_inflight_microbatches")
 EXTRA_FIELDS = ("warmup_bubble", "idle_before", "idle_after", "peak_held_bytes")
+BUBBLE_DEFINITION = ("device-seconds idle within the iteration (optimizer step included in the iteration) "
+                     "/ (devices x iteration time)")
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,24 @@ class Timeline:
     memory: tuple[tuple[tuple[float, float], ...], ...] = field(default=())   # per device
     name: str = ""
     stage_to_device: tuple[int, ...] = ()   # empty: stage d runs on device d
+    optimizer: OptimizerStep | None = None  # None: the iteration ends with the last action
+
+    def with_optimizer(self, seconds, end: float | None = None) -> "Timeline":
+        """This timeline ending with an optimizer step (schedules.iteration.OptimizerStep.after)."""
+        return replace(self, optimizer=OptimizerStep.after(self.makespan, self.num_devices, seconds, end))
+
+    @property
+    def iteration_time(self) -> float:
+        """The optimizer step's end: the iteration time (the makespan without one)."""
+        return self.optimizer.end if self.optimizer is not None else self.makespan
+
+    def idle(self, device: int) -> float:
+        """Device-seconds idle within the iteration: its idle figures over [0, makespan]
+        and whatever of the rest it is not stepping its optimizer."""
+        extra = 0.0
+        if self.optimizer is not None:
+            extra = self.optimizer.end - self.makespan - self.optimizer.seconds[device]
+        return self.stages[device].idle + extra
 
     @property
     def devices(self) -> tuple[StageStats, ...]:
@@ -120,26 +146,28 @@ class Timeline:
 
     @property
     def bubble_fraction(self) -> float:
-        """Share of the devices' time over [0, makespan] their compute streams idle
-        (every idle figure of every device over devices x makespan). Recompute is
-        busy time, so it is not in here; it is not useful work either:
+        """BUBBLE_DEFINITION: device-seconds idle within the iteration (over [0,
+        iteration_time], the optimizer step busy time) / (devices x iteration time).
+        Recompute is busy time, so it is not in here; it is not useful work either:
         `recompute_fraction` counts it apart, and useful work is the rest
         (`useful_fraction` = 1 - bubble - recompute)."""
-        total = self.makespan * self.num_devices
-        return sum(st.idle for st in self.stages) / total if total > 0 else 0.0
+        total = self.iteration_time * self.num_devices
+        return sum(self.idle(d) for d in range(self.num_devices)) / total if total > 0 else 0.0
 
     @property
     def recompute_fraction(self) -> float:
-        """Share of the devices' time spent recomputing forwards inside backwards."""
-        total = self.makespan * self.num_devices
+        """Share of the devices' time (devices x iteration time) spent recomputing
+        forwards inside backwards."""
+        total = self.iteration_time * self.num_devices
         return sum(st.recompute for st in self.stages) / total if total > 0 else 0.0
 
     @property
     def useful_fraction(self) -> float:
-        """Share of the devices' time spent on work the iteration needs: compute
-        less recompute."""
-        total = self.makespan * self.num_devices
-        return sum(st.compute - st.recompute for st in self.stages) / total if total > 0 else 0.0
+        """Share of the devices' time (devices x iteration time) spent on work the
+        iteration needs: compute less recompute, and the optimizer step."""
+        total = self.iteration_time * self.num_devices
+        stepping = sum(self.optimizer.seconds) if self.optimizer is not None else 0.0
+        return (sum(st.compute - st.recompute for st in self.stages) + stepping) / total if total > 0 else 0.0
 
     def device_of(self, stage: int) -> int:
         return self.stage_to_device[stage] if self.stage_to_device else stage
@@ -216,8 +244,11 @@ class Timeline:
             entry["memory"] = [list(pt) for pt in self.memory[d]] if self.memory else []
             stages.append(entry)
         out = {"format": "obscura-timeline/1", "name": self.name, "makespan": self.makespan,
+               "iteration_time": self.iteration_time,
                "bubble_fraction": self.bubble_fraction, "recompute_fraction": self.recompute_fraction,
                "num_stages": self.num_stages, "stages": stages}
+        if self.optimizer is not None:
+            out["optimizer"] = self.optimizer.to_json()
         if self.stage_to_device:
             out.update(num_devices=self.num_devices, stage_to_device=list(self.stage_to_device))
         return out
@@ -240,8 +271,9 @@ class Timeline:
                 stats.append(StageStats(**vals))
                 memory.append(tuple((float(t), float(b)) for t, b in entry.get("memory", [])))
             ops.sort(key=_record_order)
+            opt = data.get("optimizer")
             return cls(float(data["makespan"]), tuple(ops), tuple(stats), tuple(memory),
-                       str(data.get("name", "")), where)
+                       str(data.get("name", "")), where, None if opt is None else OptimizerStep.from_json(opt))
         except ScheduleError:
             raise
         except (KeyError, TypeError, ValueError) as e:

@@ -6,10 +6,13 @@ doc's numbers are the CSVs' (a block between `<!-- table: NAME -->` and
     python scripts/reproduction_tables.py            # rewrite the blocks
     python scripts/reproduction_tables.py --check    # exit 1 if a block is stale (a test runs this)
 
-Tables: families (every schedule family at its best plan, from fig_zoo's CSV, and
-which wins by how much), fig12 (throughput, both DAPPLE+ baselines and both ceilings,
-the share of each ceiling's gain Obscura reaches), fig13 (per-stage peaks), fig14 (stage times),
-fig16 / fig16_analytic (ablation), calibration (one-GPU engine vs simulator).
+Tables: fig05 (recompute overhead at stage 0), fig12 (throughput, both DAPPLE+
+baselines and both ceilings, the share of each ceiling's gain Obscura reaches), fig13
+(per-stage peaks), fig14 (stage times), fig16 / fig16_analytic (ablation), calibration
+(one-GPU engine vs simulator), zoo (every schedule family at its best plan, from
+fig_zoo's CSV, and which wins by how much over the best other fitting one), stage_mfu
+(the one measured figure), layout_sweep (results/sweeps). The prose's figures are
+scripts/doc_numbers.py's (`python scripts/doc_numbers.py --write` renders both).
 """
 from __future__ import annotations
 
@@ -167,6 +170,64 @@ def calibration_table() -> str:
     return "\n".join(out) + "\n"
 
 
+def fig05_table() -> str:
+    """Recompute overhead at stage 0 (unit costs) beside the paper's measured figure."""
+    out = ["| config | ours (simulated) | paper (measured) |", "|---|---|---|"]
+    for r in _rows(FIG / "fig05_bubbles.csv"):
+        if float(r["overhead_pct"]) == 0 and r["paper_pct"] and float(r["paper_pct"]) == 0:
+            continue            # the baseline every overhead is over
+        paper = f"+{float(r['paper_pct']):.0f}%" if r["paper_pct"] else "(not in the paper's Fig. 5)"
+        out.append(f"| {r['config']} | +{float(r['overhead_pct']):.1f}% | {paper} |")
+    return "\n".join(out) + "\n"
+
+
+def stage_mfu_table() -> str:
+    """The project's 5-layer stage (results/h200/stage_mfu.json, the cudnn/none rerun
+    beside it) against the plain-JAX stack timed in the same run
+    (results/h200/yardstick_plain_jax_stage.txt; `none` against its save-all-named-ops
+    variant, the same residuals)."""
+    h200 = ROOT / "results/h200"
+    plain = {(m.group(1), m.group(2)): (float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        r"^(\w+)\s+(\w+)\s+fwd\+bwd\s+([\d.]+) ms\s+MFU\(\d+\)\s*([\d.]+)%",
+        (h200 / "yardstick_plain_jax_stage.txt").read_text(), re.M)}
+    rerun = {(r["attention"], r["policy"]): r for r in json.loads((h200 / "stage_mfu_none_cudnn_rerun.json").read_text())["rows"]}
+    out = ["| attention | policy | project stage | MFU | plain-JAX stack, same run | project / plain |",
+           "|---|---|---|---|---|---|"]
+    for r in json.loads((h200 / "stage_mfu.json").read_text())["rows"]:
+        key = (r["attention"], r["policy"])
+        ms, again = r["fwd_bwd_s"] * 1e3, rerun.get(key)
+        base, note = plain.get((key[0], "names_all" if key[1] == "none" else key[1])), \
+            " (save all named ops)" if key[1] == "none" else ""
+        cells = [f"{ms:.2f} ms" + (f" (rerun {again['fwd_bwd_s'] * 1e3:.2f})" if again else ""),
+                 f"{100 * r['mfu']:.1f}%" + (f" ({100 * again['mfu']:.1f}%)" if again else ""),
+                 f"{base[0]:.1f} ms, {base[1]:.1f}%{note}" if base else "-",
+                 (f"{ms / base[0]:.3f}" + (f" ({again['fwd_bwd_s'] * 1e3 / base[0]:.3f})" if again else ""))
+                 if base else "-"]
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+# The layouts paper's best layout per case (its Table 2 and 3: A100, Megatron, FA2+RMS kernel).
+LAYOUTS_PAPER = {("llama2-13b", 2): ("70.6%", "1/1/1/-"), ("llama2-13b", 8): ("62.8%", "1/2/2/on"),
+                 ("llama-30b", 2): ("62.0%", "1/1/4/off"), ("llama-30b", 8): ("60.2%", "1/4/2/on")}
+
+
+def layout_sweep_table() -> str:
+    """The best layout of each sweep (results/sweeps, scripts/layout_sweeps.py) beside
+    the paper's best."""
+    out = ["| model, seq | paper best (A100, Megatron, FA2+RMS) | ours, analytic costs | ours, H200-measured layer costs |",
+           "|---|---|---|---|"]
+    for (model, k), (mfu, label) in LAYOUTS_PAPER.items():
+        cells = []
+        for costs in ("analytic", "measured"):
+            best = next(r for r in _rows(ROOT / f"results/sweeps/{model}_{k}k_{costs}.csv") if r["fits"] == "True")
+            same = best["label"].rsplit("/", 1)[0] == label.rsplit("/", 1)[0] and (best["tp"] == "1" or best["label"] == label)
+            cells.append(f"{100 * float(best['mfu']):.1f}% {best['label']} {best['policy']}"
+                         + (" (the paper's layout)" if same else ""))
+        out.append(f"| {model.split('-')[1].upper()} {k}k | {mfu} {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def families_table() -> str:
     """Every schedule family at its best plan (results/figures/fig_zoo.csv): per model
     and global batch, each family's simulated iteration or what it needs, and which
@@ -197,8 +258,9 @@ def families_table() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"families": families_table, "fig12": fig12_table, "fig13": fig13_table, "fig14": fig14_table, "fig16": fig16_table,
-          "fig16_analytic": fig16_analytic_table, "calibration": calibration_table}
+TABLES = {"fig12": fig12_table, "fig13": fig13_table, "fig14": fig14_table, "fig16": fig16_table,
+          "fig16_analytic": fig16_analytic_table, "calibration": calibration_table,
+          "fig05": fig05_table, "stage_mfu": stage_mfu_table, "layout_sweep": layout_sweep_table, "zoo": families_table}
 
 
 def render(doc: str) -> str:

@@ -126,6 +126,7 @@ WEIGHTS = {
     "tests/obscura_jax/checkpoints/test_directory.py": 27,
     "tests/tooling/test_paper_figures.py": 27,
     "tests/obscura_jax/cli/commands/test_train.py": 27,
+    "tests/obscura_jax/cli/commands/test_train_offload.py": 25,     # estimated (alone: 48 s wall, 19 CPU-s)
     "tests/examples/test_parallel_block.py": 27,
     "tests/obscura_jax/profiling/test_profiler.py": 26,
     "tests/obscura_jax/cli/test_sigterm.py": 26,
@@ -142,6 +143,7 @@ WEIGHTS = {
     "tests/obscura_jax/runtime/test_backward_split.py": 13,
     "tests/tooling/test_bench_multi_gpu.py": 13,
     "tests/obscura_jax/run/test_plan_run.py": 13,
+    "tests/obscura_jax/test_api_offload.py": 12,                    # estimated (alone: 24 s wall, 10 CPU-s)
     "tests/obscura_jax/run/test_reference.py": 10,
     "tests/examples/test_custom_schedule.py": 10,
     "tests/examples/test_policy_experiment.py": 9,

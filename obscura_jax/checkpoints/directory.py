@@ -5,9 +5,13 @@ the run using it, and the per-step metrics log.
     <dir>/metrics.jsonl   one JSON line per step: {"step", "loss", "seconds"}
 
 The lock is an advisory `flock` on the lock file, held for the whole run: a second
-run on the directory stops at once with one line naming the holder. The kernel
-drops a flock when its process dies, so a killed run never blocks the next one; the
-holder's record it leaves behind is taken over with one warning line.
+run on the directory stops at once with one line naming the holder. The run removes
+the file when it ends, whatever the outcome (an error, Ctrl-C, SIGTERM): it unlinks
+it while still holding the lock, and a run that takes the lock checks that the file
+it locked is still the one at the path (else it opens the new one), so removing
+never lets two runs hold the directory. The kernel drops a flock when its process
+dies, so a killed run never blocks the next one; the holder's record it leaves
+behind is taken over with one warning line.
 
 The metrics log is appended (and flushed) after every step by the process that
 writes the run's outputs. A resumed run first cuts the log back to the checkpoint's
@@ -52,8 +56,8 @@ def _read_record(fd: int) -> dict | None:
 
 def beside_lock(directory: str | Path) -> Path:
     """The lock file of a directory that is replaced whole (compare --out): beside it,
-    `.obscura.lock-<name>`, so the rename that publishes the directory keeps it. It
-    stays (empty) after the run: removing a lock file races with a run opening it."""
+    `.obscura.lock-<name>`, so the rename that publishes the directory keeps it. The
+    run removes it when it ends (DirectoryLock.release)."""
     d = Path(directory).absolute()
     return d.parent / f".obscura.lock-{d.name}"
 
@@ -67,15 +71,20 @@ class DirectoryLock:
         self.directory = Path(directory)
         self.path = Path(lock_path) if lock_path is not None else self.directory / LOCK_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            record = _read_record(self._fd) or {}
-            os.close(self._fd)
-            self._fd = None
-            raise RunError(f"{what} {directory} is in use by another run: {_holder_text(record)} "
-                           f"holds {self.path}; wait for it to end or choose another dir") from None
+        self._fd = None
+        while self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                record = _read_record(fd) or {}
+                os.close(fd)
+                raise RunError(f"{what} {directory} is in use by another run: {_holder_text(record)} "
+                               f"holds {self.path}; wait for it to end or choose another dir") from None
+            if _still_at(fd, self.path):
+                self._fd = fd
+            else:       # its holder removed it between our open and our lock: take the new one
+                os.close(fd)
         old = _read_record(self._fd)
         if old is not None:
             here = old.get("host") == socket.gethostname()
@@ -87,9 +96,14 @@ class DirectoryLock:
         os.pwrite(self._fd, json.dumps(record).encode(), 0)
 
     def release(self) -> None:
+        """Remove the lock file, then let go of the lock (removed first, so a run that
+        locks the file meanwhile sees it is gone and takes a new one)."""
         if self._fd is None:
             return
-        os.ftruncate(self._fd, 0)     # a clean end leaves no holder record behind
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
@@ -99,9 +113,10 @@ def check_unlocked(directory: str | Path, lock_path: Path | None = None, what: s
     """Fail at once (before JAX starts) if another run holds `directory`'s lock;
     the run takes the lock itself later (DirectoryLock)."""
     path = Path(lock_path) if lock_path is not None else Path(directory) / LOCK_NAME
-    if not path.is_file():
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:       # no run holds it (a run that ends removes it)
         return
-    fd = os.open(path, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -112,6 +127,16 @@ def check_unlocked(directory: str | Path, lock_path: Path | None = None, what: s
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the file at `path` (not removed or replaced)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (here.st_dev, here.st_ino)
 
 
 def _alive(pid) -> bool:

@@ -99,7 +99,7 @@ def _wait(result):
 class StageTiming:
     fwd: float
     bwd: float
-    residual_bytes: int
+    residual_bytes: int                # kept per micro-batch in device memory
     temp_bytes: int = 0         # XLA scratch of one program run
     input_grad: float | None = None    # I of the split backward (timed when asked)
     weight_grad: float | None = None   # W of the split backward
@@ -109,6 +109,8 @@ class StageTiming:
     weight_grad_rederive_bytes: int | None = None  # what that W holds (as weight_grad_bytes)
     fwd_range: dict | None = None      # {"min", "median", "max"} over the samples (fwd is the median)
     bwd_range: dict | None = None
+    residual_host_bytes: int = 0       # kept per micro-batch in host memory (the policy's offload set);
+                                       # residual_bytes is what stays in device memory
 
 
 def _normal(spec, sharding, seed: int):
@@ -132,7 +134,8 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
         return [done, grads[0]]
     bwd_samples = timing.spread(bwd, False)
     t_bwd = statistics.median(bwd_samples)
-    ranges = {"fwd_range": _range(fwd_samples), "bwd_range": _range(bwd_samples)}
+    ranges = {"fwd_range": _range(fwd_samples), "bwd_range": _range(bwd_samples),
+              "residual_host_bytes": prog.residual_host_bytes}
     if not split:
         return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, **ranges)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)

@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 from models.registry import format_units
-from schedules.sizes import format_bytes
+from schedules.sizes import format_bytes, format_seconds
+from schedules.text import pipeline_shape
+from schedules.timeline import BUBBLE_DEFINITION
 
-
-def fmt_time(t) -> str:
-    if t is None:
-        return "-"
-    if t >= 1:
-        return f"{t:.3f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.1f} ms"
-    return f"{t * 1e6:.0f} us"
+fmt_time = format_seconds     # '1.426 s', '83.8 ms', '22 us'
+CPU_NOTE = ("times measured on emulated CPU devices are illustrative: the devices share the host's cores "
+            "and caches, so the order of schedules may differ from the simulator's, which prices each device "
+            "running alone")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -41,19 +38,34 @@ def timing_lines(res: dict) -> list[str]:
                    f"min {fmt_time(st['min'])}, median {fmt_time(st['median'])}, max {fmt_time(st['max'])}"
                    f"{chart}")
     if res.get("bubble_fraction") is not None or res.get("simulated_bubble_fraction") is not None:
-        out.append(f"bubble (idle share of device time): measured {_pct(res.get('bubble_fraction'))}, "
-                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute apart: measured "
-                   f"{_pct(res.get('recompute_fraction'))}, simulated {_pct(res.get('simulated_recompute_fraction'))}")
+        out.append(f"bubble = {BUBBLE_DEFINITION}: measured {_pct(res.get('bubble_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_bubble_fraction'))}; recompute (busy, not useful work; "
+                   f"same denominator): measured {_pct(res.get('recompute_fraction'))}, "
+                   f"simulated {_pct(res.get('simulated_recompute_fraction'))}")
     if res.get("cpu_note"):
         out.append(f"note: {res['cpu_note']}")
+    if on_cpu(res):
+        out.append(f"note: {CPU_NOTE}")
     return out
+
+
+def on_cpu(res: dict) -> bool:
+    """Whether the run's devices are (emulated) CPU devices: 'cpu:0', 'p1:cpu:0'."""
+    return any(str(d).split(":")[-2:-1] == ["cpu"] for d in res.get("devices") or ())
+
+
+def header(res: dict) -> str:
+    """'obscura: llama2-tiny, 4 devices, 16 model stages (4 per device), m=8 micro-batches
+    (b=4, T=64), data stdlib, on cpu:0, ...'."""
+    rows = res.get("pipeline_devices") or [{"stages": [s]} for s in range(res["num_stages"])]
+    return (f"{res['schedule']}: {res['model']}, {pipeline_shape([len(d['stages']) for d in rows])}, "
+            f"m={res['num_microbatches']} micro-batches (b={res['micro_batch_size']}, T={res['seq_len']}), "
+            f"data {res['data']}, on {', '.join(sorted(set(res['devices'])))}")
 
 
 def train_report(res: dict) -> str:
     losses = res["losses"]
-    out = [f"{res['schedule']}: {res['model']}, p={res['num_stages']} m={res['num_microbatches']} "
-           f"b={res['micro_batch_size']} T={res['seq_len']}, data {res['data']}, "
-           f"devices {', '.join(sorted(set(res['devices'])))}"]
+    out = [header(res)]
     lay = res.get("layout") or {}
     if lay.get("data", 1) * lay.get("tensor", 1) > 1:
         out.append(f"layout: every stage on {lay['data']} data x {lay['tensor']} tensor devices "
@@ -89,6 +101,7 @@ def train_report(res: dict) -> str:
                    + (f"; {sw['overlap_with_compute']:.0%} of swap time overlapped compute"
                       if sw.get("overlap_with_compute") is not None else ""))
     out += stage_tables(res)
+    out += offload_lines(res)
     if any(st["peak_source"] != "memory_stats" for st in res["stages"]):
         out.append("* peak = params + grads + optimizer state + live activations counted in issue order "
                    "+ XLA scratch (no memory_stats for this stage alone)")
@@ -132,18 +145,21 @@ def stage_tables(res: dict) -> list[str]:
     columns (the process that ran the stage, its device as p<process>:<local id>)."""
     chunked = any(len(d["stages"]) > 1 for d in res.get("pipeline_devices") or ())
     several = res.get("processes", 1) > 1
+    hosted = any(st.get("residual_host_bytes_per_microbatch") for st in res["stages"])
     rows = []
     for s, st in enumerate(res["stages"]):
         m = st.get("measured") or {}
         rows.append([str(s)] + ([str(st["process"]), str(st["device"])] if several else [])
                     + ([str(st["pipeline_device"])] if chunked else [])
                     + [format_units(st["units"]), st["policy"]["name"],
-                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"]),
-                       format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
+                       "yes" if st["adjusted"] else "no", format_bytes(st["residual_bytes_per_microbatch"])]
+                    + ([format_bytes(st["residual_host_bytes_per_microbatch"])] if hosted else [])
+                    + [format_bytes(st["peak_bytes"]) + ("" if st["peak_source"] == "memory_stats" else "*"),
                        format_bytes(st.get("simulated_peak_bytes")),
                        fmt_time(m.get("compute")), fmt_time(m.get("backward_bubble"))])
     out = [table(["stage"] + (["proc", "device"] if several else []) + (["dev"] if chunked else [])
-                 + ["units", "policy", "adj", "resid/mb", "peak", "sim peak", "busy", "bwd bubble"], rows)]
+                 + ["units", "policy", "adj", "resid/mb"] + (["host/mb"] if hosted else [])
+                 + ["peak", "sim peak", "busy", "bwd bubble"], rows)]
     if chunked:
         rows = []
         for d in res["pipeline_devices"]:
@@ -152,6 +168,25 @@ def stage_tables(res: dict) -> list[str]:
                          format_bytes(d.get("simulated_peak_bytes")), fmt_time(m.get("compute")),
                          fmt_time(m.get("backward_bubble"))])
         out.append(table(["dev", "model stages", "sim peak", "busy", "bwd bubble"], rows))
+    return out
+
+
+def offload_lines(res: dict) -> list[str]:
+    """What the run keeps in host memory: residual bytes per micro-batch on device and
+    on host, what moves per iteration, the host peak; nothing without offloading."""
+    off = res.get("offload") or {}
+    if not off.get("memory_kinds"):
+        return []
+    stages = res["stages"]
+    out = [f"offload: {', '.join(off['ops'])} kept in {'/'.join(off['memory_kinds'])} memory; residuals per "
+           "micro-batch on device / on host: " + ", ".join(
+               f"{format_bytes(st['residual_bytes_per_microbatch'])} / "
+               f"{format_bytes(st['residual_host_bytes_per_microbatch'])}" for st in stages),
+           f"offload traffic per iteration: {format_bytes(off['to_host_bytes_per_iteration'])} to host, "
+           f"{format_bytes(off['from_host_bytes_per_iteration'])} back; host peak {format_bytes(off['peak_host_bytes'])} "
+           "(stages summed); device peaks count no host bytes"]
+    if off.get("note"):
+        out.append(f"note: {off['note']}")
     return out
 
 
@@ -165,5 +200,30 @@ def compare_report(results: list[dict]) -> str:
                      _pct(r.get("bubble_fraction")),
                      f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
                      " / ".join(format_bytes(p) for p in peaks)])
-    return table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
-                  "peak per stage"], rows)
+    out = [table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
+                  "peak per stage"], rows),
+           f"bubble = {BUBBLE_DEFINITION}, measured in the charted step"]
+    cpu = any(on_cpu(r) for r in results)
+    if cpu:
+        out.append(f"note: {CPU_NOTE}")
+    out += [f"note: {line}" + ("; CPU timings are illustrative" if cpu else "") for line in order_conflicts(results)]
+    return "\n".join(out)
+
+
+def order_conflicts(results: list[dict]) -> list[str]:
+    """One line per pair of runs whose measured order contradicts their simulated order."""
+    out = []
+    timed = [r for r in results if r.get("iteration_time") and r.get("simulated_iteration_time")]
+    name = lambda r: r.get("label", r["schedule"])  # noqa: E731
+    for i, a in enumerate(timed):
+        for b in timed[i + 1:]:
+            measured = a["iteration_time"] - b["iteration_time"]
+            simulated = a["simulated_iteration_time"] - b["simulated_iteration_time"]
+            if measured * simulated < 0:
+                fast, slow = (a, b) if measured < 0 else (b, a)
+                out.append(f"{name(fast)} measured faster than {name(slow)} ({fmt_time(fast['iteration_time'])} vs "
+                           f"{fmt_time(slow['iteration_time'])}) but simulated slower "
+                           f"({fmt_time(fast['simulated_iteration_time'])} vs "
+                           f"{fmt_time(slow['simulated_iteration_time'])}): the measured order contradicts the "
+                           "simulator's")
+    return out

@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 
 from obscura_jax.observe.step_time import median_step, spread, timed
+from obscura_jax.runtime.residuals import HOST_MEMORY_KINDS
 from schedules.ir import Kind
 from schedules.simulator import iteration_time, on_one_device, stage_memory
 from schedules.timeline import Timeline, with_recompute_shares
@@ -76,7 +77,7 @@ def summarize(out) -> dict:
     iteration = out.chart_seconds if out.chart_seconds is not None else (chosen.seconds if chosen else None)
     step_time = ({"timed_steps": len(timed_logs), **spread([s.seconds for s in timed_logs])}
                  if timed_logs else None)
-    sim = out.simulated
+    sim = simulated_with_optimizer(out)
     charted = measured_with_recompute(out)
     measured = out.measured
     update_time = out.update_seconds
@@ -106,7 +107,7 @@ def summarize(out) -> dict:
         own_peak = device_peak if alone else None
         row.update({"process": facts["process"], "device": mesh_name(pipe.placement.mesh(s), pipe.group.size),
                     "pipeline_device": where[s], "weight_bytes": weight,
-                    "peak_activation_bytes": live,
+                    "peak_activation_bytes": live, "peak_host_bytes": facts.get("ledger_host_peak", 0),
                     "temp_bytes": facts["temp_bytes"], "accounted_peak_bytes": accounted,
                     "device_peak_bytes": device_peak,
                     "peak_bytes": own_peak if own_peak is not None else accounted,
@@ -144,7 +145,9 @@ def summarize(out) -> dict:
         "format": "obscura-train/1", "model": run.model, "schedule": pipe.schedule.name,
         "num_stages": pipe.schedule.num_stages, "num_microbatches": pipe.schedule.num_microbatches,
         "micro_batch_size": shape.micro_batch_size, "seq_len": shape.seq_len, "data": run.data,
-        "policy": run.policy, "adjusted_stages": list(pipe.schedule.adjusted_stages),
+        "policy": run.policy if isinstance(run.policy, str) else run.policy.name,
+        "offload": offload_summary(pipe, stages, every_device),
+        "adjusted_stages": list(pipe.schedule.adjusted_stages),
         "weight_grad": run.weight_grad_options.to_json(),
         "devices": [device_name(d, pipe.group.size) for d in devices], "placement_note": pipe.placement.note,
         "shared_devices": shared, "processes": pipe.group.size, "start_step": out.start_step,
@@ -166,7 +169,7 @@ def summarize(out) -> dict:
         "dispatch_us": dispatch, "swap": swap, "stages": stages,
         "pipeline_devices": pipeline_devices(schedule, measured, sim, out.timeline),
         "costs": measured.to_json() if measured is not None else None,
-        "timeline": out.timeline.to_json() if out.timeline is not None else None,
+        "timeline": measured_step(out).to_json() if out.timeline is not None else None,
         "simulated_timeline": sim.to_json() if sim is not None else None,
         "memory": out.memory.to_json(out.device_peaks) if out.memory is not None else None,
     }
@@ -184,17 +187,57 @@ def summarize(out) -> dict:
     return result
 
 
+CPU_HOST_NOTE = ("on CPU devices JAX's device and pinned_host memories are both this machine's RAM: residual "
+                 "bytes are split by the memory kind JAX reports for each leaf, not by hardware")
+
+
+def offload_summary(pipe, stages: list[dict], devices) -> dict:
+    """The run's offloading: the ops the stages' policies offload, the host memory
+    kinds their residuals are in (as JAX reports them), the bytes moved to host and
+    back per iteration, and the stages' host peaks summed (offloaded and swapped-out
+    residuals; device peaks count none of them)."""
+    kinds = sorted({k for st in stages for k, n in st["residual_memory_kinds"].items()
+                    if n and k in HOST_MEMORY_KINDS})
+    cpu = any(d.platform == "cpu" for d in devices)
+    return {"ops": sorted({op for pol in pipe.policies for op in pol.offload}), "memory_kinds": kinds,
+            "to_host_bytes_per_iteration": sum(st["offload_bytes_per_iteration"]["to_host"] for st in stages),
+            "from_host_bytes_per_iteration": sum(st["offload_bytes_per_iteration"]["from_host"] for st in stages),
+            "peak_host_bytes": sum(st["peak_host_bytes"] for st in stages),
+            "note": CPU_HOST_NOTE if cpu and kinds else None}
+
+
 def measured_with_recompute(outcome) -> Timeline | None:
     """The run's measured timeline with each backward's recompute share marked (from
-    the costs measured in the same run: a measured backward cannot be seen inside),
-    for drawing, traces and the recompute fraction."""
-    tl, measured = outcome.timeline, outcome.measured
+    the costs measured in the same run: a measured backward cannot be seen inside)
+    and ending with the measured optimizer step, so it spans the charted step's wall
+    time (the iteration time): for drawing, traces and the bubble and recompute
+    fractions."""
+    tl, measured = measured_step(outcome), outcome.measured
     if tl is None or measured is None:
         return tl
     stages = outcome.pipeline.schedule.stages
     shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
               for s, spec in enumerate(stages)]
     return with_recompute_shares(tl, shares)
+
+
+def measured_step(outcome) -> Timeline | None:
+    """The run's measured timeline ending with the measured optimizer step: it spans
+    the charted step's wall time, the measured iteration time."""
+    tl = outcome.timeline
+    if tl is None or outcome.chart_seconds is None:
+        return tl
+    return tl.with_optimizer(outcome.update_seconds or 0.0, end=outcome.chart_seconds)
+
+
+def simulated_with_optimizer(outcome) -> Timeline | None:
+    """The simulation on the run's measured costs, ending with the optimizer step as
+    measured in the charted step (every device steps for that long): it spans the
+    simulated iteration time the report prints."""
+    sim = outcome.simulated
+    if sim is None or outcome.update_seconds is None:
+        return sim
+    return sim.with_optimizer(outcome.update_seconds)
 
 
 def placed_as_written(stage_to_device, device_ids) -> bool:

@@ -37,7 +37,35 @@ def measured_trace(outcome) -> dict | None:
     if outcome.chart_seconds is not None:
         iteration = Iteration(outcome.chart_step, outcome.chart_seconds,
                               max(0.0, outcome.chart_seconds - (outcome.update_seconds or 0.0)))
-    return trace_events(tl, transfers=transfers, iteration=iteration)
+    return with_offload(trace_events(tl, transfers=transfers, iteration=iteration), outcome.stage_facts)
+
+
+def with_offload(data: dict, stage_facts: list[dict]) -> dict:
+    """The trace with its stages' offloading (a policy's offload set): each F's
+    `to_host_bytes`, each B, I and W's `from_host_bytes` in its args, and per stage
+    the residual bytes per micro-batch on device and on host in `otherData.offload`.
+    Unchanged for a run that offloads nothing."""
+    rows = [f["row"] for f in stage_facts]
+    host = [r.get("residual_host_bytes_per_microbatch", 0) for r in rows]
+    if not any(host):
+        return data
+    per_action = []
+    for s, row in enumerate(rows):
+        kinds = [e["cat"] for e in data["traceEvents"] if e.get("ph") == "X" and e.get("args", {}).get("stage") == s]
+        backwards, weights = sum(k in ("B", "I") for k in kinds), kinds.count("W")
+        traffic = row["offload_bytes_per_iteration"]["from_host"] - backwards * host[s]
+        per_action.append({"F": ("to_host_bytes", host[s]), "B": ("from_host_bytes", host[s]),
+                           "I": ("from_host_bytes", host[s]),
+                           "W": ("from_host_bytes", traffic // weights if weights else 0)})
+    for e in data["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("F", "B", "I", "W"):
+            key, nbytes = per_action[e["args"]["stage"]][e["cat"]]
+            e["args"][key] = nbytes
+    data["otherData"]["offload"] = {
+        "residual_device_bytes_per_microbatch": [r["residual_bytes_per_microbatch"] for r in rows],
+        "residual_host_bytes_per_microbatch": host,
+        "memory_kinds": sorted({k for r in rows for k, n in r["residual_memory_kinds"].items() if n})}
+    return data
 
 
 def write_measured_trace(outcome, path: str | os.PathLike) -> bool:

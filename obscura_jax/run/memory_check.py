@@ -295,7 +295,8 @@ class RunMemory:
         self.resident = {name: device_in_use(d) for name, d in devices.items()}     # before the run places any
         shape = BatchShape(schedule.num_microbatches, run.micro_batch_size, run.seq_len)
         self.boundary = list(boundary_device_bytes(boundary_specs(cfg, partition, shape), placement)) + [0]
-        self.traced = stage_bytes.traced(cfg, schedule, partition, run.policy, placement, shape, optimizer,
+        self.policy = run.base_policy(cfg)      # --offload's ops are host bytes, not the device's
+        self.traced = stage_bytes.traced(cfg, schedule, partition, self.policy, placement, shape, optimizer,
                                          sorted(self.devices_of))
         self.estimates: list[DeviceEstimate] = []
         self.everyone: list[dict] = []
@@ -305,7 +306,7 @@ class RunMemory:
         """Estimate every local device (from the compiled programs once `pipe` is
         given) and refuse the run in one line, the same on every process, unless forced."""
         rows = self.traced if pipe is None else stage_bytes.compiled(pipe, self.traced, self.optimizer,
-                                                                     self.run.policy, self.run.measure_costs)
+                                                                     self.policy, self.run.measure_costs)
         order = self.order if pipe is None else pipe.executor.order
         self.estimates = estimate(self.schedule, order, rows, self.boundary, self.devices_of,
                                   resume=self.run.resume, limits=self.limits, resident=self.resident)

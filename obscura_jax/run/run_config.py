@@ -12,6 +12,7 @@ import models
 import schedules
 from obscura_jax.run import plan_run
 from models.errors import ObscuraError
+from models.registry import LAYER
 from obscura_jax.errors import UsageError
 from obscura_jax.runtime.weight_grad import HEAD_WEIGHT_GRAD, WEIGHT_GRAD_MODES, WeightGrad
 from schedules.generators import check_pipeline_size
@@ -47,6 +48,18 @@ def parse_adjusted(text):
     return vals[0] if len(vals) == 1 else vals
 
 
+def policy_names(policy) -> tuple[str, ...]:
+    """RunConfig.adjusted_policy as the schedule's recompute names: a tuple of op and
+    preset names as given, or a models.RecomputePolicy's recompute set (`layer` for a
+    layer-granular one). It may not offload: adjusted stages offload the run's set."""
+    if not isinstance(policy, models.RecomputePolicy):
+        return tuple(t.strip() for t in policy.split(",") if t.strip()) if isinstance(policy, str) else tuple(policy)
+    if policy.offload:
+        raise UsageError(f"adjusted_policy {policy.name!r} offloads: adjusted stages offload what "
+                         "RunConfig.offload (--offload) and the base policy offload, less what they recompute")
+    return (LAYER,) if policy.layer else tuple(sorted(policy.recompute))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model: str = "llama2-tiny"
@@ -55,7 +68,8 @@ class RunConfig:
     schedule: object = "1f1b"          # generator name, schedule JSON path, or a Schedule
     adjusted: object = None            # None | K | "all" | tuple of stages
     adjusted_policy: tuple[str, ...] = ("full",)
-    policy: str = "none"               # base policy of non-adjusted stages
+    policy: object = "none"            # base policy of non-adjusted stages: a name, op list or RecomputePolicy
+    offload: object = ()               # ops every stage keeps in host memory (op/preset names; "a,b" or a tuple)
     swap_blocks: int = 0
     swap_fraction: float = 0.0
     virtual_stages: int | None = None  # interleaved: model chunks per device (None: the generator's 2)
@@ -98,7 +112,7 @@ class RunConfig:
         if isinstance(self.schedule, str) and not self.schedule.strip():
             raise UsageError("--schedule is empty: give a generator name or a schedule JSON file")
         object.__setattr__(self, "adjusted", parse_adjusted(self.adjusted))
-        object.__setattr__(self, "adjusted_policy", tuple(self.adjusted_policy))
+        object.__setattr__(self, "adjusted_policy", policy_names(self.adjusted_policy))
         for name in ("steps", "micro_batch_size", "seq_len", "cost_reps", "data_parallel", "tensor_parallel"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -154,6 +168,26 @@ class RunConfig:
         check_recompute_names(split_items(",".join(self.adjusted_policy), "--adjusted-policy", UsageError))
         if isinstance(self.policy, str):
             check_recompute_names(split_items(self.policy, "--policy", UsageError))
+        elif not isinstance(self.policy, models.RecomputePolicy):
+            raise UsageError(f"RunConfig.policy must be a preset name, comma-separated op names or a "
+                             f"models.RecomputePolicy, got {type(self.policy).__name__}")
+        try:
+            object.__setattr__(self, "offload", tuple(models.offload_names(self.offload)))
+        except ObscuraError as e:
+            raise UsageError(f"--offload: {e}") from None
+        if self.model in models.CONFIGS:     # a model not registered is refused when the run starts
+            self.base_policy(models.CONFIGS[self.model])
+
+    def base_policy(self, cfg=None):
+        """The RecomputePolicy of the stages the schedule does not adjust: `policy` with
+        `offload` added (one line, UsageError, for an unknown op or one both recomputed
+        and offloaded). Adjusted stages offload the same ops, less those they recompute
+        (obscura_jax.runtime.pipeline.stage_policies)."""
+        family = (cfg or self.model_config()).family
+        try:
+            return models.resolve_policy(self.policy, family, offload=self.offload)
+        except ObscuraError as e:
+            raise UsageError(f"--policy / --offload: {e}") from None
 
     def model_config(self):
         return models.get_config(self.model, **dict(self.model_overrides))

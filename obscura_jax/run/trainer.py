@@ -15,7 +15,6 @@ and meets the others at fixed points, in the same order on all of them:
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -38,10 +37,10 @@ from obscura_jax.runtime.executor import make_optimizer
 from obscura_jax.run.memory_check import RunMemory, device_name, device_peak
 from obscura_jax.runtime.out_of_memory import DeviceOutOfMemory, naming
 from obscura_jax.observe.measure import CostTiming, MeasuredCosts, combine, measure_boundaries, measure_stages
-from obscura_jax.runtime.messages import order_digest, transfer_plan
 from obscura_jax.runtime.placement import Placement, place_schedule
 from obscura_jax.run.plan_run import plan_issue_order
 from obscura_jax.processes.process_group import SINGLE, ProcessGroup
+from obscura_jax.run.agreement import agreed, check_order, identity_of
 from obscura_jax.run.run_config import RunConfig
 from obscura_jax.observe.step_time import first_timed_step, median_step, timed
 from obscura_jax.runtime.swap import choose_leaves
@@ -88,6 +87,7 @@ class TrainOutcome:
     transfers: list = field(default_factory=list)   # its stage-to-stage copies (events.MeasuredTransfer)
     memory: RunMemory | None = None                  # the memory check's estimates (obscura_jax.run.memory_check)
     device_peaks: dict = field(default_factory=dict)  # every process's devices: memory_stats peak bytes
+    host_peak: list = field(default_factory=list)   # per stage: residual bytes in host memory at once (ledger)
 
     def stage_params(self) -> dict:
         """This process's stages' params (unit name -> tree), gathered to host: the
@@ -98,17 +98,6 @@ class TrainOutcome:
             if st is not None:
                 out.update(jax.tree.map(local_value, st.params))
         return out
-
-
-def identity_of(run: RunConfig, partition, schedule, group: ProcessGroup = SINGLE) -> dict:
-    """What a checkpoint must share with a run resuming it (the schedule may differ)."""
-    cfg = run.model_config()
-    return {"model": run.model, "units": [list(r) for r in partition], "stages": len(partition),
-            "processes": group.size, "seed": run.seed, "data": run.data, "data_dtype": run.data_dtype,
-            "micro_batch_size": run.micro_batch_size, "seq_len": run.seq_len,
-            "microbatches": schedule.num_microbatches, "compute_dtype": cfg.compute_dtype,
-            "param_dtype": cfg.param_dtype, "optimizer": [run.optimizer, run.learning_rate, run.weight_decay],
-            "layout": {"data": run.data_parallel, "tensor": run.tensor_parallel}}
 
 
 def _mesh_peak(mesh):
@@ -184,12 +173,12 @@ def _prepare(run: RunConfig, placement_fn, group: ProcessGroup, log):
             raise RunError(f"checkpoint in {run.checkpoint_dir} is at step {start}, "
                            f"nothing to do for --steps {run.steps}")
         with naming("compiling the stage programs"):
-            pipe = build_pipeline(cfg, schedule, partition, run.policy, placement, shape, optimizer, order,
+            pipe = build_pipeline(cfg, schedule, partition, run.base_policy(cfg), placement, shape, optimizer, order,
                                   swap_mechanism=run.swap_mechanism, swap_enabled=run.swap_enabled, group=group,
                                   weight_grad=run.weight_grad_options)
             memory.verify(pipe)         # XLA's own sizes, before any array is placed
         # before any transfer between processes
-        check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": _agreed(run)})
+        check_order(pipe, group, "schedule and transfer order", {"identity": identity, "run": agreed(run)})
         with naming("placing the stages' parameters"):
             pipe.executor.transport.warm_up()
             states = pipe.init_state(run.seed)
@@ -217,28 +206,6 @@ def _trees(states: list) -> list:
     return [None if st is None else (st.params, st.opt_state) for st in states]
 
 
-def _agreed(run: RunConfig) -> dict:
-    """The run's settings every process must share (paths may differ between hosts)."""
-    fields = dataclasses.asdict(run)
-    fields.pop("checkpoint_dir")
-    return fields
-
-
-def check_order(pipe: Pipeline, group: ProcessGroup, what: str, extra: dict) -> None:
-    """Every process must hold the same schedule, issue order and transfer plan (a
-    cross-process transfer issued out of order swaps data or hangs) and run the same
-    settings (`extra`): compare their hash; a difference is a one-line error on every
-    process."""
-    ex = pipe.executor
-    process_of = [d.process_index for d in pipe.placement.devices]
-    plan = getattr(ex.transport, "plan", None)
-    if plan is None:
-        plan = transfer_plan(ex.order, ex.routes, process_of)
-    digest, summary = order_digest(pipe.schedule, ex.order, plan, process_of, pipe.boundary_specs,
-                                   {**extra, "jax": jax.__version__})
-    group.agree(what, digest, summary)
-
-
 def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     """Each process times its stages; every process combines all parts the same way
     and derives the issue order from those shared costs. Processes on CPU devices
@@ -251,7 +218,7 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     turns = range(group.size) if group.size > 1 and device.platform == "cpu" and not spans else [group.rank]
     for turn in turns:
         if turn == group.rank:
-            stages = measure_stages(pipe, outcome.states, run.policy, timing)
+            stages = measure_stages(pipe, outcome.states, run.base_policy(pipe.cfg), timing)
         if len(turns) > 1:
             group.barrier(f"costs measured by process {turn}")
     part = {"stages": stages, "boundaries": measure_boundaries(pipe, timing)}
@@ -318,6 +285,8 @@ def _run_steps(outcome: TrainOutcome, data, ckpt, identity, group: ProcessGroup,
             for k, v in result.dispatch_seconds.items():
                 outcome.dispatch.setdefault(k, []).extend(v)
             peak_live = [max(a, b) for a, b in zip(peak_live, result.ledger.peak)]
+            host_before = outcome.host_peak or [0] * len(peak_live)
+            outcome.host_peak = [max(a, b) for a, b in zip(host_before, result.ledger.host_peak)]
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{pipe.shape.tokens_per_step / seconds:,.0f}")
@@ -360,12 +329,13 @@ def _gather(outcome: TrainOutcome, group: ProcessGroup, recorded: list, peak_liv
     for s in reporting:
         st, prog = outcome.states[s], pipe.programs[s]
         after, before = _mesh_peak(pipe.placement.mesh(s)), before_peaks[s]
-        sizes = prog.residual_leaf_bytes
+        sizes = prog.residual_device_leaf_bytes
         swapped = (sum(sizes[i] for i in choose_leaves(sizes, pipe.schedule.stages[s].swap_fraction))
                    if pipe.executor.swap_enabled else 0)
         mine.append({"stage": s, "process": group.rank, "row": pipe.stage_row(s),
                      "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                      "ledger_peak": peak_live[s], "temp_bytes": prog.temp_bytes,
+                     "ledger_host_peak": outcome.host_peak[s] if outcome.host_peak else 0,
                      "device_peak": None if after is None or (before is not None and after <= before) else after,
                      "residual_bytes": prog.residual_bytes, "swapped_bytes_per_block": swapped})
     off = group.clock_offset

@@ -58,31 +58,38 @@ class MemoryLedger:
     action that causes each: the memory column of the per-kind table,
     schedules/actions.py, with the sizes the engine measured); `settle` then folds
     them in issue order with the one memory fold's sum (schedules.memory.fold_levels),
-    so the count does not depend on how the threads happened to interleave."""
+    so the count does not depend on how the threads happened to interleave.
+
+    Residual bytes in host memory (a policy's offloaded leaves, swapped-out ones)
+    are not device memory: they are counted apart, in `host_live` / `host_peak`."""
     live: list[int]
     peak: list[int]
+    host_live: list[int] = field(default_factory=list)
+    host_peak: list[int] = field(default_factory=list)
     _notes: list = field(default_factory=list, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def zeros(cls, p: int) -> "MemoryLedger":
-        return cls([0] * p, [0] * p)
+        return cls([0] * p, [0] * p, [0] * p, [0] * p)
 
-    def add(self, action: Action, stage: int, nbytes: int) -> None:
+    def add(self, action: Action, stage: int, nbytes: int, host_bytes: int = 0) -> None:
+        """`nbytes` more (or fewer) in the stage's device memory, `host_bytes` in host memory."""
         with self._lock:
-            self._notes.append((action, stage, nbytes))
+            self._notes.append((action, stage, nbytes, host_bytes))
 
     def settle(self, position: dict[Action, int]) -> "MemoryLedger":
         """Apply the noted changes in issue order (stable: one action's changes keep
         the order they were made in)."""
         with self._lock:
             notes, self._notes = self._notes, []
-        for stage, live in enumerate(self.live):
-            events = [(-1, 0, live)] + [(position[a], i, nbytes) for i, (a, s, nbytes) in enumerate(notes)
-                                        if s == stage]
-            level, peak = fold_levels(events)
-            self.live[stage] = int(level)
-            self.peak[stage] = max(self.peak[stage], int(peak))
+        for part, (live, peak) in enumerate(((self.live, self.peak), (self.host_live, self.host_peak))):
+            for stage, now in enumerate(live):
+                events = [(-1, 0, now)] + [(position[a], i, note[part]) for i, (a, s, *note) in
+                                           enumerate(notes) if s == stage]
+                level, top = fold_levels(events)
+                live[stage] = int(level)
+                peak[stage] = max(peak[stage], int(top))
         return self
 
 

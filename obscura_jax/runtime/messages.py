@@ -102,8 +102,17 @@ def order_digest(schedule: Schedule, order: list[Action], plan: list[Message], p
            "stage_process": [int(p) for p in process_of_stage],
            "boundaries": [[list(s.shape), str(s.dtype)] for s in boundary_specs],
            "extra": extra or {}}
-    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=_sorted_set).encode()).hexdigest()
     summary = (f"{schedule.name} p={schedule.num_stages} m={schedule.num_microbatches}, "
                f"{len(plan)} transfers, stages on processes {list(doc['stage_process'])}, "
                f"order {digest[:12]}")
     return digest, summary
+
+
+def _sorted_set(value):
+    """JSON for the sets a run's settings hold (a RecomputePolicy's recompute and
+    offload sets): a sorted list, the same on every process (a set's own order
+    follows each process's string hashing)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

@@ -34,10 +34,16 @@ from schedules.ir import Kind, Schedule
 
 
 def stage_policies(cfg, schedule: Schedule, base_policy) -> list:
-    """RecomputePolicy per stage: the schedule's set on adjusted stages, else the base."""
+    """RecomputePolicy per stage: the schedule's set on adjusted stages, else the base
+    (a name, op list or RecomputePolicy). Adjusted stages offload what the base
+    offloads, less the ops they recompute (a `layer` stage offloads nothing)."""
     base = models.resolve_policy(base_policy, cfg.family)
-    return [models.resolve_policy(list(spec.recompute), cfg.family) if spec.adjusted else base
-            for spec in schedule.stages]
+
+    def adjusted(recompute) -> models.RecomputePolicy:
+        pol = models.resolve_policy(list(recompute), cfg.family)
+        offload = base.offload - pol.recompute
+        return models.resolve_policy(pol, cfg.family, offload=sorted(offload)) if offload and not pol.layer else pol
+    return [adjusted(spec.recompute) if spec.adjusted else base for spec in schedule.stages]
 
 
 def stage_ranges(cfg, partition, num_stages: int) -> tuple[tuple[int, int], ...]:
@@ -145,8 +151,24 @@ class Pipeline:
                 "device": self.placement.mesh(s).describe(), "policy": self.policies[s].to_json(),
                 "adjusted": spec.adjusted, "swap_fraction": spec.swap_fraction,
                 "swap_blocks": spec.swap_blocks, "residual_bytes_per_microbatch": prog.residual_bytes,
+                "residual_host_bytes_per_microbatch": prog.residual_host_bytes,
+                "residual_memory_kinds": prog.residual_memory_kinds,
+                "offload_bytes_per_iteration": offload_traffic(prog, spec, self.executor.split),
                 "param_bytes": prog.params_bytes, "weight_grad_held_bytes_per_microbatch": prog.weight_grad_held_bytes,
                 "weight_grad_at_once": sorted(prog.at_once_units)}
+
+
+def offload_traffic(prog: StageProgram, spec, split) -> dict:
+    """Bytes a stage's programs move to host memory and back in one iteration for its
+    policy's offload set: each F writes the offloaded residuals, each B (or I) reads
+    them, each W reads the offloaded leaves it holds. `split`: the executor's
+    (stage, micro-batch) pairs whose backward is split."""
+    counts = {kind: 0 for kind in Kind}
+    for a in spec.actions:
+        kind = Kind.I if a.kind is Kind.B and (a.stage, a.microbatch) in split else a.kind
+        counts[kind] += 1
+    reads = (counts[Kind.B] + counts[Kind.I]) * prog.residual_host_bytes + counts[Kind.W] * prog.weight_grad_host_bytes
+    return {"to_host": counts[Kind.F] * prog.residual_host_bytes, "from_host": reads}
 
 
 def build_pipeline(cfg, schedule: Schedule, partition, base_policy, placement: Placement,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from obscura_jax.runtime.residuals import host_slots, memory_kind
 from obscura_jax.runtime.backward_split import BackwardSplit, split_backward
 from obscura_jax.runtime.flat_jaxpr import mark_checkpoint_inputs
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, _spec
@@ -81,7 +82,9 @@ class SplitBackward:
         held_out = [_spec(a, sh) for a, sh in zip(i_lowered.out_info[1], self._bwd_input.output_shardings[1])]
         held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(held_out)
         self.weight_grad_leaf_bytes = tuple(self._bytes(h) for h in held_specs)
-        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes)
+        self._w_offloaded = host_slots(memory_kind(h, self.device) for h in held_specs)
+        self.weight_grad_host_bytes = sum(self.weight_grad_leaf_bytes[i] for i in self._w_offloaded)
+        self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes) - self.weight_grad_host_bytes
         w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
         self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
             params_spec, held_specs, dy_spec, self._grads_spec()).compile()
@@ -135,7 +138,7 @@ class SplitBackward:
         else:
             done, held = self._bwd_input(params, residuals.leaves, dy)
         kept = tuple(residuals.leaves[i] for i in self._w_res)
-        held = type(residuals)(kept + tuple(held), self.weight_grad_leaf_bytes)
+        held = type(residuals)(kept + tuple(held), self.weight_grad_leaf_bytes, offloaded=self._w_offloaded)
         return grad_acc, (None if self.takes_tokens else done), held, done
 
     def weight_grad(self, params, held, dy, grad_acc):

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.tensor_parallel import DATA_AXIS
+from obscura_jax.runtime.residuals import Residuals, device_sizes, host_slots, memory_kind
 from obscura_jax.runtime.split_program import SplitBackward, compiled_temp_bytes
 from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, DataShards, _spec
@@ -62,28 +63,6 @@ class PullbackLayout:
     sources: tuple[tuple[int, int], ...]
     keeps_input: bool
     keeps_targets: bool
-
-
-@dataclass(frozen=True)
-class Residuals:
-    """One micro-batch's activation memory on a stage: a flat tuple of arrays.
-    The first slots may be the stage's own input / targets buffers (not copies).
-    `host_slots` are the leaves currently swapped out to host memory."""
-    leaves: tuple
-    sizes: tuple[int, ...]          # bytes per leaf (static per stage)
-    host_slots: tuple[int, ...] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(self.sizes)
-
-    @property
-    def host_bytes(self) -> int:
-        return sum(self.sizes[i] for i in self.host_slots)
-
-    @property
-    def device_bytes(self) -> int:
-        return self.nbytes - self.host_bytes
 
 
 def memory_of(compiled) -> dict[str, int]:
@@ -158,18 +137,38 @@ class StageProgram(SplitBackward, DataShards):
         self._num_head = len(head)
         res_specs = head + kept_specs
         self.residual_leaf_bytes = tuple(self._bytes(s) for s in res_specs)
-        self.residual_bytes = sum(self.residual_leaf_bytes)
+        # by memory kind: a policy's offloaded residuals come out in host memory
+        self.residual_leaf_kinds = tuple(memory_kind(s, self.device) for s in res_specs)
+        self._offloaded = host_slots(self.residual_leaf_kinds)
+        self.residual_host_bytes = sum(self.residual_leaf_bytes[i] for i in self._offloaded)
+        self.residual_bytes = sum(self.residual_leaf_bytes) - self.residual_host_bytes   # in device memory
         dy_spec = _spec(out_info[0], self.sharding if returns_loss else self.batch_sharding)
         self.temp_bytes = compiled_temp_bytes(self._fwd)     # grows as the backward programs compile
         self._params_spec = params_spec
         self._x_spec, self._t_spec = x_spec, t_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
         self._bwd = self._bwd_input = self._bwd_weight = None
-        self.weight_grad_held_bytes = None      # known once the split backward is compiled
+        self.weight_grad_held_bytes = None      # known once the split backward is compiled (device part)
+        self.weight_grad_host_bytes = 0
         if not split:
             self.compile_fused()
         # dy that a W keeps from its I (the loss stage's dy is the shared scalar)
         self.dy_bytes = 0 if returns_loss else self.output_bytes
+
+    @property
+    def residual_memory_kinds(self) -> dict[str, int]:
+        """Residual bytes per micro-batch by memory kind, as JAX reports the kinds
+        (e.g. {"device": ..., "pinned_host": ...})."""
+        out: dict[str, int] = {}
+        for kind, n in zip(self.residual_leaf_kinds, self.residual_leaf_bytes):
+            out[kind] = out.get(kind, 0) + n
+        return out
+
+    @property
+    def residual_device_leaf_bytes(self) -> tuple[int, ...]:
+        """Bytes per residual leaf in device memory (0 for an offloaded one): what a
+        swap (SO) chooses from."""
+        return device_sizes(self.residual_leaf_bytes, self._offloaded)
 
     def compile_fused(self) -> None:
         """Compile the fused backward B (once; a split-only stage never needs it)."""
@@ -267,7 +266,7 @@ class StageProgram(SplitBackward, DataShards):
         else:
             out, kept = self._fwd(params, x)
         head = ((x,) if self.layout.keeps_input else ()) + ((targets,) if self.layout.keeps_targets else ())
-        return out, Residuals(head + tuple(kept), self.residual_leaf_bytes)
+        return out, Residuals(head + tuple(kept), self.residual_leaf_bytes, offloaded=self._offloaded)
 
     def backward(self, params, residuals: Residuals, dy, grad_acc):
         """-> (grad_acc + dparams, dx, ready). `grad_acc` is donated. dx is None for

@@ -25,7 +25,8 @@ HOST_KIND = "pinned_host"
 
 
 def choose_leaves(sizes: tuple[int, ...], fraction: float) -> tuple[int, ...]:
-    """Indices of whole leaves, largest first, until >= fraction of the bytes."""
+    """Indices of whole leaves, largest first, until >= fraction of the bytes (a leaf
+    of 0 bytes, e.g. one already on host (Residuals.device_sizes), never)."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"swap fraction must be in [0, 1], got {fraction}")
     total = sum(sizes)
@@ -34,7 +35,7 @@ def choose_leaves(sizes: tuple[int, ...], fraction: float) -> tuple[int, ...]:
     target = fraction * total
     chosen, acc = [], 0
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        if acc >= target:
+        if acc >= target or sizes[i] == 0:
             break
         chosen.append(i)
         acc += sizes[i]
@@ -82,7 +83,7 @@ class HostSwap:
         """Send >= fraction of the micro-batch's residual bytes to host (async)."""
         if residuals.host_slots:
             raise ValueError("swap out of residuals that are already (partly) on host")
-        slots = choose_leaves(residuals.sizes, fraction)
+        slots = choose_leaves(residuals.device_sizes, fraction)   # offloaded leaves are on host already
         if not slots:
             return residuals
         chosen = [residuals.leaves[i] for i in slots]

@@ -128,7 +128,7 @@ class StageWorker:
             self._send(a, out)
         self.residuals[(s, mb)] = res
         if ctx.ledger is not None:
-            ctx.ledger.add(a, s, res.device_bytes)
+            ctx.ledger.add(a, s, res.device_bytes, res.host_resident_bytes)
         return (out,)
 
     def _backward(self, a: Action) -> tuple:
@@ -138,7 +138,7 @@ class StageWorker:
         res = self.residuals.pop((s, mb))
         st.grads, dx, done = prog.backward(st.params, res, dy, st.grads)
         if ctx.ledger is not None:
-            ctx.ledger.add(a, s, -res.device_bytes)
+            ctx.ledger.add(a, s, -res.device_bytes, -res.host_resident_bytes)
         if dx is not None:
             self._send(a, dx)
         return (done,)
@@ -152,7 +152,8 @@ class StageWorker:
         self.residuals[(s, mb)] = held
         self.pending_dy[(s, mb)] = dy
         if ctx.ledger is not None:
-            ctx.ledger.add(a, s, prog.dy_bytes + held.device_bytes - res.device_bytes)
+            ctx.ledger.add(a, s, prog.dy_bytes + held.device_bytes - res.device_bytes,
+                           held.host_resident_bytes - res.host_resident_bytes)
         if dx is not None:
             self._send(a, dx)
         return (done,)
@@ -163,7 +164,7 @@ class StageWorker:
         res, dy = self.residuals.pop((s, mb)), self.pending_dy.pop((s, mb))
         st.grads, done = prog.weight_grad(st.params, res, dy, st.grads)
         if ctx.ledger is not None:
-            ctx.ledger.add(a, s, -res.device_bytes - prog.dy_bytes)
+            ctx.ledger.add(a, s, -res.device_bytes - prog.dy_bytes, -res.host_resident_bytes)
         return (done,)
 
     def _swap_out(self, a: Action) -> tuple:
@@ -173,7 +174,7 @@ class StageWorker:
             res = ctx.swap.swap_out(res, ctx.swap_fraction[a.stage], ctx.programs[a.stage].device)
             self.residuals[key] = res
             if ctx.ledger is not None:
-                ctx.ledger.add(a, a.stage, -res.host_bytes)
+                ctx.ledger.add(a, a.stage, -res.host_bytes, res.host_bytes)
         return tuple(res.leaves[i] for i in res.host_slots)
 
     def _swap_in(self, a: Action) -> tuple:
@@ -182,7 +183,7 @@ class StageWorker:
         if not res.host_slots:
             return ()
         if ctx.ledger is not None:
-            ctx.ledger.add(a, a.stage, res.host_bytes)
+            ctx.ledger.add(a, a.stage, res.host_bytes, -res.host_bytes)
         slots = res.host_slots
         res = ctx.swap.swap_in(res, ctx.programs[a.stage].device)
         self.residuals[key] = res

@@ -8,7 +8,7 @@ import os
 from models.units import count_params
 from planner.layouts.sweep import ANALYTIC, SCALED, SweepResult
 from schedules.jsonio import replace_atomically
-from schedules.sizes import GiB
+from schedules.sizes import GiB, format_bytes, format_seconds
 
 CSV_FIELDS = ("rank", "fits", "runnable", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
               "num_microbatches", "policy", "attention", "cost_source", "memory_per_gpu_gib",
@@ -28,9 +28,9 @@ def _source_line(r: SweepResult) -> str:
 def header(r: SweepResult) -> list[str]:
     hw, g, dev = r.hardware, r.grid, r.hardware.device
     return [
-        f"obscura sweep: {r.cfg.name} ({count_params(r.cfg) / 1e9:.2f}B params), seq {r.seq_len}, "
-        f"{g.gpus} GPUs, global batch {g.global_batch} ({g.global_batch * r.seq_len / 1e6:.2f}M tokens)",
-        f"model FLOPs/token {r.flops_per_token / 1e9:.1f} GFLOP (6N + 12LHQT); MFU against "
+        f"obscura sweep: {r.cfg.name} ({_count(count_params(r.cfg))} params), seq {r.seq_len}, "
+        f"{g.gpus} GPUs, global batch {g.global_batch} ({_count(g.global_batch * r.seq_len)} tokens)",
+        f"model FLOPs/token {_count(r.flops_per_token)} (6N + 12LHQT); MFU against "
         f"{dev.peak_flops / 1e12:.0f} TFLOP/s ({dev.name}); memory {hw.gpu_memory / GiB:.1f} GiB/GPU "
         f"({hw.memory_reserve / GiB:.1f} reserved)",
         f"{r.state.describe()}; rates: matmul {dev.matmul_flops / 1e12:.0f}, flash attention "
@@ -42,6 +42,14 @@ def header(r: SweepResult) -> list[str]:
         f"{sum(x.runnable for x in r.fitting)} fitting layouts the model registry can shard "
         f"(run one: obscura train --layout SWEEP.json:#)" + _not_runnable(r),
     ]
+
+
+def _count(n: float) -> str:
+    """13.02B, 4.194M, 70.4k, 512: four significant digits."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.4g}{unit}"
+    return f"{n:.4g}"
 
 
 def _not_runnable(r: SweepResult) -> str:
@@ -60,14 +68,22 @@ def _source(source: str) -> str:
 
 def table(r: SweepResult, top: int = 20) -> list[str]:
     lines = [f"{'#':>3} {'MFU':>6}  {'mbs/TP/PP/SP':<12} {'DP':>3} {'m':>5}  {'policy':<9} "
-             f"{'attn':<5} {'mem/GPU':>9} {'iter s':>7} {'bubble':>6}  source"]
+             f"{'attn':<5} {'mem/GPU':>10} {'iter':>9} {'bubble':>6}  source"]
     for i, x in enumerate(r.fitting[:top], 1):
         lo = x.layout
-        lines.append(f"{i:>3} {x.mfu * 100:5.1f}%  {lo.label:<12} {lo.dp:>3} {lo.num_microbatches:>5}  "
-                     f"{lo.policy:<9} {lo.attention:<5} {x.memory.total / GiB:6.1f}GiB "
-                     f"{x.time.total:7.2f} {x.time.bubble_fraction * 100:5.1f}%  "
+        lines.append(f"{i:>3} {_pct(x.mfu):>6}  {lo.label:<12} {lo.dp:>3} {lo.num_microbatches:>5}  "
+                     f"{lo.policy:<9} {lo.attention:<5} {format_bytes(x.memory.total):>10} "
+                     f"{format_seconds(x.time.total):>9} {_pct(x.time.bubble_fraction):>6}  "
                      f"{_source(x.source)}{'' if x.runnable else ' (not runnable)'}")
     return lines
+
+
+def _pct(share: float) -> str:
+    """'69.1%', and a share too small for one decimal in the decimals that show it."""
+    pct = share * 100
+    if pct == 0 or pct >= 0.1:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
 
 
 def trends(r: SweepResult) -> list[str]:

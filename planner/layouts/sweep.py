@@ -100,10 +100,14 @@ class SweepResult:
 
 
 def _rank_key(r: LayoutResult):
+    """Best MFU first. Rows of equal MFU (to 9 significant digits: e.g. a small model
+    whose time is all DP traffic, where every policy ties) go to the layout with less
+    model parallelism and smaller micro-batches, then less recompute (seconds of it on
+    stage 0), then less memory."""
     layout = r.layout
-    # Ties (e.g. identical analytic costs) go to the layout with less model
-    # parallelism and smaller micro-batches, then less memory.
-    return (-(r.mfu or 0.0), layout.tp * layout.pp, layout.micro_batch, r.memory.total)
+    mfu = float(f"{r.mfu or 0.0:.9g}")
+    recompute = r.time.recompute if r.time is not None else 0.0
+    return (-mfu, layout.tp * layout.pp, layout.micro_batch, recompute, r.memory.total)
 
 
 class _Costs:

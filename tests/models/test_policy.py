@@ -114,3 +114,28 @@ def test_direct_construction_is_validated():
     p = RecomputePolicy(recompute={"q"}, name="mine")
     assert isinstance(p.recompute, frozenset) and (p.recompute or p.offload)
     assert p.to_json() == {"name": "mine", "recompute": ["q"], "offload": []}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("mlp_gate,,mlp_up", "has an empty item"), ("mlp_gate,", "has an empty item"), (" ", "names no op"),
+    (["mlp_gate", ""], "names no op"), ([3], "must be op or preset names"), (None, "must be op or preset names"),
+])
+def test_an_offload_set_has_no_empty_item(spec, message):
+    with pytest.raises(ModelConfigError, match=message):
+        resolve_policy("none", "llama", offload=spec)
+
+
+def test_offload_names_keep_presets_and_ops_as_given():
+    assert models.offload_names(" mlp_gate , cmb") == ["mlp_gate", "cmb"]
+    assert models.offload_names(["mlp_gate,mlp_up", "q"]) == ["mlp_gate", "mlp_up", "q"]
+    assert models.offload_names(()) == []
+    assert resolve_policy("none", "llama", offload=["mlp"]).offload == resolve_policy("mlp", "llama").recompute
+
+
+def test_resolving_a_policy_starts_no_jax():
+    import subprocess
+    import sys
+    code = ("import sys, models; models.resolve_policy('cmb', 'llama', offload='mlp_gate'); "
+            "print('jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,6 +1,8 @@
 """A policy's offload set (residuals to pinned host memory) through the engine's
 stage program: it compiles and runs where the backend has host memory (the CPU
-here), keeps the offloaded residuals in host memory, and changes no gradient."""
+here: jax 0.10.2 returns the offloaded residuals in the CPU device's pinned_host
+memory), keeps the offloaded residuals in host memory, counts them as host bytes,
+and changes no gradient."""
 import jax
 import numpy as np
 
@@ -28,5 +30,12 @@ def test_offloaded_residuals_live_on_host_and_change_no_gradient():
         grads[name], dx, _ = prog.backward(params, res, dy, prog.zero_grads(params))
     for a, b in zip(jax.tree.leaves(grads["none"]), jax.tree.leaves(grads["offload"]), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    # by memory kind: the offloaded residual is host bytes, the rest what `none` keeps on the device
+    plain, off = progs["none"], progs["offload"]
+    assert off.residual_host_bytes > 0 and plain.residual_host_bytes == 0
+    assert off.residual_bytes + off.residual_host_bytes == plain.residual_bytes
+    assert off.residual_memory_kinds == {"device": off.residual_bytes, "pinned_host": off.residual_host_bytes}
+    assert res.device_bytes == off.residual_bytes and res.offloaded_bytes == off.residual_host_bytes
     t = measure_stage("llama2-tiny", (1, 3), offload, seq_len=16, reps=1)
     assert t.fwd > 0 and t.bwd > 0
+    assert (t.residual_bytes, t.residual_host_bytes) == (off.residual_bytes, off.residual_host_bytes)

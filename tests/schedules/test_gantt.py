@@ -12,7 +12,7 @@ def test_gantt_and_memory_files(tmp_path):
     assert [f.name for f in files] == ["a.png", "a.svg", "m.png", "b.png"]
     assert all(f.stat().st_size > 1000 for f in files)
     svg = (tmp_path / "a.svg").read_text()
-    assert "makespan" in svg and ">x  (makespan" in svg     # the title as text, not glyph paths
+    assert ">makespan 25 cost units: x<" in svg     # the title as text, not glyph paths
     with pytest.raises(ValueError):
         draw_gantts([], tmp_path / "c.png")
 
@@ -40,10 +40,33 @@ def test_the_time_axis_says_its_unit(tmp_path):
     draw_memory(seconds, tmp_path / "mem.png", time_unit="s")
     for name in ("ms.svg", "mem.svg"):
         svg = (tmp_path / name).read_text()
-        assert "time (ms)" in svg and "makespan 9 ms" in svg
+        assert "time (ms)" in svg and "makespan 9.0 ms" in svg
     long = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1, 2, 1))
     draw_gantt(long, tmp_path / "s.png", time_unit="s")
     assert "time (s)" in (tmp_path / "s.svg").read_text()
+
+
+def test_an_iteration_ends_with_its_optimizer_step(tmp_path):
+    """A timeline with its optimizer step: the chart spans the iteration, draws the
+    step on every device and its title gives the iteration time; the bubble counts
+    the idle time up to the iteration's end over devices x iteration time."""
+    costs = StageCosts.uniform(2, 0.001, 0.002, 0.001).with_(optimizer=(0.0005, 0.00025))
+    plain = simulate(generate("1f1b", 2, 2), costs)
+    tl = plain.with_optimizer([0.0005, 0.00025])
+    assert tl.iteration_time == pytest.approx(0.0095) and tl.optimizer.start == plain.makespan
+    idle = plain.stages[0].idle + plain.stages[1].idle + 0.00025      # device 1 steps for half as long
+    assert tl.bubble_fraction == pytest.approx(idle / (2 * 0.0095))
+    assert plain.with_optimizer(0.0).bubble_fraction == pytest.approx(plain.bubble_fraction)
+    draw_gantt(tl, tmp_path / "o.png", title="run", time_unit="s")
+    svg = (tmp_path / "o.svg").read_text()
+    assert ">iteration 9.5 ms (optimizer step included): run<" in svg and "optimizer step" in svg
+    bars = _bar_collections(tl)
+    opt = [c for c in bars if tuple(c.get_facecolor()[0][:3]) == tuple(int(COLORS["OPT"][i:i + 2], 16) / 255
+                                                                      for i in (1, 3, 5))]
+    assert [len(c.get_paths()) for c in opt] == [1, 1]          # one bar on each device
+    # a measured step: the step's wall time ends the iteration, its optimizer step before it
+    measured = plain.with_optimizer(0.0004, end=0.0100)
+    assert measured.optimizer.start == pytest.approx(0.0096) and measured.iteration_time == pytest.approx(0.0100)
 
 
 def _bar_collections(timeline):
@@ -52,7 +75,7 @@ def _bar_collections(timeline):
 
     from schedules.gantt import _draw
     ax = Figure().subplots()
-    _draw(ax, timeline, None, timeline.makespan)
+    _draw(ax, timeline, None, timeline.iteration_time)
     return [c for c in ax.collections if isinstance(c, PolyCollection)]
 
 

@@ -10,6 +10,7 @@ from obscura_jax.cli.main import add_model_module
 from planner.names import SYSTEMS as _NAMES
 from planner.profile import MAX_LAYERS, derive_profile, load_profile
 from obscura_jax.errors import UsageError
+from models.errors import ObscuraError
 from schedules.generators import check_pipeline_size
 from schedules.sizes import format_bytes, parse_bytes
 
@@ -50,6 +51,10 @@ def add_parser(sub):
                    help="extra headroom: keep this much of the limit free beyond what the plan counts "
                         "(weights, activations and the profile's XLA scratch): allocator fragmentation, "
                         "a CUDA context, e.g. 2GiB")
+    p.add_argument("--offload", default=None, metavar="OPS",
+                   help="ops every stage keeps in pinned host memory (op or preset names, comma-separated, as "
+                        "--policy; not those a stage recomputes): the plan counts their bytes as host, not "
+                        "device, bytes; train the plan with the same --offload (default: none)")
     p.add_argument("--no-cmb", action="store_true", help="identify adjusted stages without trying CMB first")
     p.add_argument("--no-swap", action="store_true", help="no activation swapping (lambda = 0)")
     p.add_argument("--no-partition", action="store_true", help="keep the even partition (no Algorithm 1)")
@@ -81,8 +86,9 @@ def add_parser(sub):
 
 
 def run(args):
-    from planner.analytic import analytic_profile  # lazy (all three): they load JAX and OR-Tools
+    from planner.analytic import analytic_profile  # lazy (all four): they load JAX and OR-Tools
     from planner.layouts.mesh_costs import MeshLayout
+    from planner.costs import offload_profile
     from planner.plan import plan_search, save_plan
 
     check_plan_args(args)
@@ -93,7 +99,8 @@ def run(args):
         prof = analytic_profile(models.get_config(args.analytic), args.seq_len, args.micro_batch, args.device)
     if args.layers is not None:
         prof = derive_profile(prof, args.layers)
-    res = plan_search(prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
+    offload = offload_ops(args.offload, prof.family)
+    res = plan_search(offload_profile(prof, offload) if offload else prof, args.stages, args.microbatches, args.memory_limit, cmb=not args.no_cmb,
                       swap=not args.no_swap, partition=not args.no_partition, ip=not args.no_ip,
                       reserve=args.reserve, profile_path=args.profile, families=not args.no_families,
                       layout=MeshLayout(args.data_parallel, args.tensor_parallel), weight_grad=args.weight_grad)
@@ -107,6 +114,8 @@ def run(args):
     if any(u.scratch_bytes is None for _, u in prof.units):
         print("note: the profile records no XLA scratch (units.K.scratch_bytes: an analytic profile, or one "
               "written before the field): the plan counts none; keep room for it with --reserve")
+    if offload:
+        print("\n".join(offload_lines(prof, plan, offload, args)))
     if cal is not None:
         print(calibrated_line(res, cal))
     if args.json:
@@ -129,6 +138,48 @@ def check_plan_args(args) -> None:
     reserve = parse_bytes(args.reserve, "reserve (--reserve)", allow_zero=True)
     if reserve >= limit:
         raise UsageError(f"--reserve {args.reserve} leaves nothing of --memory-limit {args.memory_limit}")
+    if args.offload is not None:
+        try:
+            models.offload_names(args.offload)
+        except ObscuraError as e:
+            raise UsageError(f"--offload: {e}") from None
+
+
+def offload_ops(text: str | None, family: str) -> frozenset:
+    """--offload's ops for the profile's model family (one line for an unknown one)."""
+    if text is None:
+        return frozenset()
+    try:
+        return models.resolve_policy("none", family, offload=text).offload
+    except ObscuraError as e:
+        raise UsageError(f"--offload: {e}") from None
+
+
+def offload_lines(prof, plan, offload: frozenset, args) -> list[str]:
+    """What --offload changed: the host bytes per micro-batch the peaks leave out, what
+    they do not count (a backward brings its micro-batch's offloaded bytes back to
+    the device) and whether that still fits, and how to train the plan."""
+    from planner.costs import host_kept_bytes  # lazy (both): the planner loads JAX
+    from planner.residuals import exact_unit_kept
+
+    ops = ", ".join(o for o in prof.op_names if o in offload)
+    host = [host_kept_bytes(prof, st.units, st.recompute, offload) for st in plan.stages]
+    back = [host_kept_bytes(prof, st.units, (), offload) for st in plan.stages]
+    room = parse_bytes(args.memory_limit, "memory limit") - parse_bytes(args.reserve, "reserve", allow_zero=True)
+    over = [s for s, st in enumerate(plan.stages) if st.predicted_peak_bytes + back[s] > room]
+    lines = [f"offload {ops}: counted as host bytes, not device bytes (the peaks above are device bytes); on host "
+             "per micro-batch: " + ", ".join(f"stage {s} {format_bytes(h, 2)}" for s, h in enumerate(host)),
+             "not in the peaks: a backward brings its micro-batch's offloaded bytes back to the device (a stage "
+             "recomputing an offloaded op holds it while recomputing), up to "
+             + ", ".join(format_bytes(b, 2) for b in back)
+             + ("; that fits the limit" if not over else
+                f"; stage(s) {', '.join(map(str, over))} would then pass the limit: plan again with --reserve "
+                f"{format_bytes(max(back), 2)}")]
+    if exact_unit_kept(prof) is not None:
+        lines.append("note: with --offload the planner checks kept bytes with the profile's per-op figures only "
+                     "(the offloaded profile no longer matches the traced model's residuals)")
+    lines.append(f"train this plan with --offload {','.join(o for o in prof.op_names if o in offload)}")
+    return lines
 
 
 def export(args, res) -> None:

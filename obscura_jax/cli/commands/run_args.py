@@ -46,6 +46,7 @@ def steps_help() -> str:
 
 
 def add_model_data_args(p: argparse.ArgumentParser) -> None:
+    """Long: one add_argument per flag of train and compare, in three groups."""
     g = p.add_argument_group("model and data")
     d = FLAG_DEFAULTS
     g.add_argument("--model", default=None, help=f"model config name (default {d['model']})")
@@ -74,6 +75,9 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
                    help="recompute policy of non-adjusted stages: a preset of the model's family "
                         "(llama, gpt: none, full, selective, mlp, cmb), `layer` (one checkpoint per "
                         f"transformer layer, keeping its input) or comma-separated op names (default {d['policy']})")
+    g.add_argument("--offload", default=None, metavar="OPS", help="ops whose outputs every stage keeps in pinned "
+                   "host memory from forward to backward, not on the device: names as --policy, none recomputed by "
+                   "it; adjusted stages offload those they do not recompute (default: none)")
     g.add_argument("--adjusted-policy", default="full", metavar="NAME|ops",
                    help="recompute set of adjusted stages: full (per unit), layer (per transformer layer, "
                         "DAPPLE+ as the paper runs it) or ops (default full)")
@@ -250,7 +254,8 @@ def run_config(args, **overrides) -> RunConfig:
         model=args.model, stages=args.stages, microbatches=args.microbatches,
         schedule=getattr(args, "schedule", "1f1b"), adjusted=getattr(args, "adjusted", None),
         adjusted_policy=split_items(args.adjusted_policy, "--adjusted-policy", UsageError),
-        policy=args.policy, swap_blocks=getattr(args, "swap_blocks", 0),
+        policy=args.policy, offload=() if getattr(args, "offload", None) is None else args.offload,
+        swap_blocks=getattr(args, "swap_blocks", 0),
         virtual_stages=getattr(args, "virtual_stages", None),
         swap_fraction=getattr(args, "swap_fraction", 0.0), steps=args.steps, seed=args.seed,
         micro_batch_size=args.micro_batch_size, seq_len=args.seq_len, data=args.data,

@@ -31,7 +31,7 @@ from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_
 from schedules.jsonio import read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.sizes import parse_int, parse_real, split_items
-from schedules.text import timeline_ascii
+from schedules.text import pipeline_shape, timeline_ascii
 from schedules.torch_csv import load_torch_csv
 
 _COST_FLAGS = ("fwd", "bwd", "recompute_time", "act_bytes", "act_bytes_recompute", "host_bandwidth",
@@ -165,11 +165,13 @@ def _costs(args, p: int):
 
 
 def _table(schedule, timeline) -> str:
-    layout = "" if schedule.one_stage_per_device else f" on {schedule.num_devices} devices"
-    head = (f"{schedule.name}: {schedule.num_stages} stages{layout}, {schedule.num_microbatches} micro-batches, "
-            f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}; "
-            f"bubble {timeline.bubble_fraction:.1%} of device time (recompute apart: "
-            f"{timeline.recompute_fraction:.1%})")
+    shape = pipeline_shape([len(schedule.stages_on(d)) for d in range(schedule.num_devices)])
+    step = (f", + optimizer step = iteration {timeline.iteration_time:.6g}" if timeline.optimizer is not None
+            else "")
+    head = (f"{schedule.name}: {shape}, {schedule.num_microbatches} micro-batches, "
+            f"adjusted {list(schedule.adjusted_stages) or 'none'}; makespan {timeline.makespan:.6g}{step}; "
+            f"bubble {timeline.bubble_fraction:.1%}, recompute {timeline.recompute_fraction:.1%} "
+            "(idle device-seconds, recompute device-seconds / (devices x iteration time))")
     cols = ("stage" if schedule.one_stage_per_device else "device", "compute", "recompute", "fwd bubble",
             "bwd bubble", "comm wait", "swap", "peak in-flight", "peak act bytes")
     rows = [[str(s), f"{st.compute:.6g}", f"{st.recompute:.6g}", f"{st.forward_bubble:.6g}",
@@ -241,6 +243,13 @@ def _realism(args, schedule, costs):
     return schedule, costs, cal
 
 
+def _with_optimizer(timeline, schedule, costs):
+    """The timeline ending with the costs' optimizer step (each device steps its stages
+    in turn, as simulator.iteration_time adds it), when the costs have one."""
+    per_device = [sum(costs.optimizer_time(s) for s in schedule.stages_on(d)) for d in range(schedule.num_devices)]
+    return timeline.with_optimizer(per_device) if any(per_device) else timeline
+
+
 def _predicted(schedule, costs, cal) -> str:
     t = iteration_time(schedule, costs, check=False)
     if cal is None:
@@ -252,7 +261,7 @@ def _predicted(schedule, costs, cal) -> str:
 def run(args):
     schedule, costs = _load(args)
     schedule, costs, cal = _realism(args, schedule, costs)
-    timeline = simulate(schedule, costs)
+    timeline = _with_optimizer(simulate(schedule, costs), schedule, costs)
     if not math.isfinite(timeline.makespan):
         raise UsageError(f"the simulated makespan is {timeline.makespan}: a cost, size or bandwidth is out "
                          "of range (see the costs flags)")

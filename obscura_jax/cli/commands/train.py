@@ -81,6 +81,7 @@ def run(args):
         # the plan's shape belongs to the plan's model; its stage mesh is the plan's still
         preset = {k: v for k, v in preset.items() if k in LAYOUT_KEYS}
     fill_defaults(args, preset)
+    run_config(args)          # every run flag (--policy, --offload, ...) checked before a process starts
     if row is not None and row.note() and args.processes == 1 and os.environ.get("OBSCURA_PROCESS_ID", "0") == "0":
         print(row.note())   # once: by a run alone, or by process 0 of several
     return run_with_processes(args, needed_stages(args), lambda place, group: _train(args, place, group))

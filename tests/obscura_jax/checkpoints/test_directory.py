@@ -28,9 +28,31 @@ def test_a_held_lock_refuses_a_second_holder_naming_the_first(tmp_path):
         with pytest.raises(RunError, match=rf"in use by another run: pid {os.getpid()} on "):
             attempt()
     lock.release()
-    assert (tmp_path / ".obscura.lock").read_text() == ""   # a clean end leaves no record
+    assert not (tmp_path / ".obscura.lock").exists()   # the run that ends removes its lock file
     check_unlocked(tmp_path)
     DirectoryLock(tmp_path).release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_taken_anew(tmp_path, monkeypatch):
+    """The holder ends (removes the file, then unlocks) right after a second run opened
+    the file: the second must not hold the removed file, or a third run would lock a
+    new file beside it and two runs would hold the directory."""
+    from obscura_jax.checkpoints import directory
+    first = DirectoryLock(tmp_path)
+    real_open = os.open
+
+    def open_then_the_holder_ends(*args, **kw):
+        fd = real_open(*args, **kw)
+        first.release()
+        return fd
+    monkeypatch.setattr(directory.os, "open", open_then_the_holder_ends)
+    second = DirectoryLock(tmp_path)
+    monkeypatch.undo()
+    with pytest.raises(RunError, match="in use by another run"):
+        DirectoryLock(tmp_path)
+    second.release()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dead_holders_record_is_taken_over_with_one_warning(tmp_path, capsys):

@@ -94,4 +94,4 @@ def test_sigterm_to_plan_compare_and_sweep_is_one_line_143_and_no_output(tmp_pat
         rc, err = _end(proc)
         assert rc == 143 and err.strip().splitlines() == ["obscura: terminated by SIGTERM"], (name, err[-2000:])
         assert not any(p.exists() for p in outputs), name
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".obscura.lock-cmp"]   # no temporary file or directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # no temporary file or directory, no lock file

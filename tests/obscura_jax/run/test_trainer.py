@@ -9,7 +9,8 @@ from obscura_jax.errors import RunError
 from obscura_jax.runtime.placement import place_stages
 from obscura_jax.run.run_config import RunConfig
 from obscura_jax.observe.summary import summarize
-from obscura_jax.run.trainer import identity_of, train
+from obscura_jax.run.agreement import identity_of
+from obscura_jax.run.trainer import train
 
 RUN = dict(model="llama2-tiny", stages=2, microbatches=2, micro_batch_size=2, seq_len=16, cost_reps=1,
            learning_rate=1e-2)

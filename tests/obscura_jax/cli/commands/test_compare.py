@@ -9,6 +9,7 @@ import pytest
 from schedules.trace import check_trace_events
 
 from obscura_jax.cli.main import main
+from obscura_jax.observe.report import CPU_NOTE, fmt_time
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,19 @@ def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
         assert trace["otherData"]["makespan_s"] == pytest.approx(run["iteration_time"], rel=1e-9)
     table = capsys.readouterr().out
     assert "tokens/s" in table and "obscura:adjusted=1" in table and "bubble" in table
+    # CPU times are illustrative; where the measured order contradicts the simulated one, a line says so
+    assert f"note: {CPU_NOTE}" in table and "4 devices, 4 model stages (1 per device)" in table
+    contradicts = ((res[0]["iteration_time"] - res[1]["iteration_time"])
+                   * (res[0]["simulated_iteration_time"] - res[1]["simulated_iteration_time"]) < 0)
+    assert ("but simulated slower" in table) == contradicts
+    # each chart's title gives the iteration time the table prints
+    assert f"iteration {fmt_time(obscura['iteration_time'])} (optimizer step included)" in \
+        (out / "obscura_measured.svg").read_text()
     # every file written is listed, each once
     listed = sorted(ln[len("wrote "):] for ln in table.splitlines() if ln.startswith("wrote "))
     assert listed == sorted([str(tmp_path / "cmp.json"), *(str(p) for p in out.rglob("*") if p.is_file())])
+    # nothing else is left behind: no lock file beside --out, no temporary directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.json", "demo"]
 
 
 @pytest.mark.slow

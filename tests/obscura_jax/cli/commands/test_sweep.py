@@ -144,3 +144,26 @@ def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
     badinput.odd_files(tmp_path)
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))
+
+
+def test_a_small_model_ties_break_toward_less_recompute_and_its_sizes_show(capsys, tmp_path):
+    """llama2-tiny on 8 GPUs (docs/cli.md's example): every policy ties at the best MFU
+    (its time is the DP traffic's), so the tie-break decides the top rows: no
+    recompute first, full last; sizes and times print in units that show them."""
+    js = tmp_path / "sweep.json"
+    rc, out, err = run(capsys, "sweep", "--model", "llama2-tiny", "--seq-len", "64", "--gpus", "8",
+                       "--global-batch", "16", "--json", str(js), "--top", "10")
+    assert rc == 0, err
+    fits = [row for row in json.loads(js.read_text())["layouts"] if row["fits"]]
+    best = f"{fits[0]['mfu']:.9g}"
+    tied = [row for row in fits if f"{row['mfu']:.9g}" == best]
+    assert len({row["policy"] for row in tied}) > 1               # the case this test is about
+    assert tied[0]["policy"] == "none" and tied[-1]["policy"] == "full"
+    keys = [(row["tp"] * row["pp"], row["micro_batch"]) for row in tied]
+    assert keys == sorted(keys)
+    table = [line for line in out.splitlines() if line[:3].strip().isdigit() and "%" in line]
+    assert len(table) == 10
+    for line, row in zip(table, fits):
+        assert row["policy"] in line and "0.0 GiB" not in line and " 0.00 " not in line
+        assert line.split()[8] in ("MiB", "KiB") and line.split()[10] in ("us", "ms")   # e.g. 4.0 MiB, 22 us
+    assert "(0.00B params)" not in out and "0.0 GFLOP" not in out

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from obscura_jax.cli.main import main
+from obscura_jax.observe.report import fmt_time
 from schedules.trace import check_trace_events
 
 BASE = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "4",
@@ -81,6 +82,20 @@ def test_train_json_gantt_and_trace(tmp_path, capsys):
     assert makespan == pytest.approx(res["iteration_time"], rel=1e-6)
     assert data["otherData"]["makespan_s"] == pytest.approx(res["iteration_time"], rel=1e-9)
     assert 0 < res["bubble_fraction"] < 1 and res["recompute_fraction"] >= 0
+    # the iteration ends with its optimizer step: the timelines span the reported
+    # iteration times, and the bubble is over devices x that time
+    assert tl["iteration_time"] == pytest.approx(res["iteration_time"], rel=1e-9)
+    assert tl["optimizer"]["end"] - tl["optimizer"]["start"] == pytest.approx(res["optimizer_time"], abs=1e-9)
+    assert res["simulated_timeline"]["iteration_time"] == pytest.approx(res["simulated_iteration_time"], rel=1e-9)
+    assert res["bubble_fraction"] == pytest.approx(tl["bubble_fraction"], rel=1e-9)
+    idle = sum(s["idle_before"] + s["warmup_bubble"] + s["forward_bubble"] + s["backward_bubble"] + s["idle_after"]
+               for s in tl["stages"]) + 4 * (tl["iteration_time"] - tl["makespan"] - res["optimizer_time"])
+    assert res["bubble_fraction"] == pytest.approx(idle / (4 * res["iteration_time"]), rel=1e-6)
+    # the Gantt chart's title gives the iteration time the report prints
+    assert f"iteration {fmt_time(res['iteration_time'])} (optimizer step included)" in \
+        png.with_suffix(".svg").read_text()
+    assert f"iteration time  {fmt_time(res['iteration_time'])}" in printed
+    assert "4 devices, 4 model stages (1 per device)" in printed.splitlines()[0]
 
 
 def test_a_zero_bubble_run_whose_w_rederives_its_inputs(tmp_path, capsys):
