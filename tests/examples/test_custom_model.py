@@ -1,7 +1,8 @@
 """examples/custom_model.py runs (a subprocess with a timeout) and passes its own check;
 what its commands wrote shows the model's own names all the way through: model-info
 reports the geglu family and ops in no built-in family, and the trained plan recomputes
-ops of that family (per-op recompute on a model of one's own)."""
+ops of that family on some stage (per-op recompute on a model of one's own), whatever
+family the planner picks."""
 import json
 
 import pytest
@@ -25,7 +26,8 @@ def test_custom_model_runs_and_checks_itself(tmp_path, model_registry):
     models.load_model_module(str(EXAMPLES / "geglu.py"))
     offered = models.get_family("geglu").preset("cmb")   # what the example offers
     res = json.loads((tmp_path / "run.json").read_text())
-    assert res["model"] == "geglu-tiny" and res["schedule"].startswith("obscura") and res["adjusted_stages"]
+    assert res["model"] == "geglu-tiny"
     assert len(res["losses"]) == 2 and all(0 < x < 10 for x in res["losses"])
-    recomputed = [set(res["stages"][s]["policy"]["recompute"]) for s in res["adjusted_stages"]]
-    assert all(r and r <= offered for r in recomputed), recomputed
+    recomputed = [set(st["policy"]["recompute"]) for st in res["stages"]]
+    # op sets of what the profile offers, or whole units (`full`: the run lists every op)
+    assert any(recomputed) and all(r <= offered or r >= offered for r in recomputed), recomputed
