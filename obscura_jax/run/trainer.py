@@ -218,7 +218,8 @@ def _measure(outcome: TrainOutcome, group: ProcessGroup) -> None:
     turns = range(group.size) if group.size > 1 and device.platform == "cpu" and not spans else [group.rank]
     for turn in turns:
         if turn == group.rank:
-            stages = measure_stages(pipe, outcome.states, run.base_policy(pipe.cfg), timing)
+            with naming("the cost measurement", device_name(device)):   # the device it times on
+                stages = measure_stages(pipe, outcome.states, run.base_policy(pipe.cfg), timing)
         if len(turns) > 1:
             group.barrier(f"costs measured by process {turn}")
     part = {"stages": stages, "boundaries": measure_boundaries(pipe, timing)}

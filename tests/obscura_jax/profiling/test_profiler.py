@@ -14,7 +14,7 @@ from obscura_jax.run.data import BatchShape
 from obscura_jax.runtime.pipeline import build_program
 from obscura_jax.observe.measure import unit_weight_grad_bytes
 from obscura_jax.runtime.weight_grad import WeightGrad
-from planner.baselines import evaluate_baselines, family_baselines, minimum_memory
+from planner.baselines import evaluate_baselines, minimum_memory
 from planner.identify import stage_peak_1f1b
 from planner.errors import ProfileError
 from planner.plan import load_plan, plan_to_schedule
@@ -119,14 +119,13 @@ def test_profile_bytes_are_the_engines(measured):
 
 def limit_only_adjusted_stages_fit(prof) -> int:
     """A limit between the memory floor (adjusted stages recomputing whole units and
-    swapping) and the least any baseline or other family needs: only a plan with
-    adjusted stages fits (on the profile's fixed times: measured ones of 0 let a
-    baseline reach the floor on a busy box)."""
+    swapping) and the least any baseline needs: only Obscura's own search
+    (`--no-families`) with adjusted stages fits (on the profile's fixed times:
+    measured ones of 0 let a baseline reach the floor on a busy box)."""
     even = tuple(models.even_partition(prof.num_units, P))
     free = Setting(prof, M, float("inf"))
     need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))
-    least_baseline = min(max(ev.peaks) for ev in {**evaluate_baselines(free, even),
-                                                  **family_baselines(free, even)}.values())
+    least_baseline = min(max(ev.peaks) for ev in evaluate_baselines(free, even).values())
     floor = minimum_memory(free, even)[0]
     cap = min(need_1f1b, least_baseline)
     assert floor < cap
@@ -149,7 +148,7 @@ def test_profile_then_plan_with_adjusted_stages(fixed, tmp_path, capsys):
     limit = limit_only_adjusted_stages_fit(prof)
     plan_path = tmp_path / "plan.json"
     assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
-                 "--memory-limit", str(limit), "--json", str(plan_path)]) == 0
+                 "--memory-limit", str(limit), "--no-families", "--json", str(plan_path)]) == 0
     out = capsys.readouterr().out
     assert "adjusted stages 0.." in out
     plan = load_plan(plan_path)
@@ -176,7 +175,7 @@ def test_profile_plan_train_stays_under_the_limit(fixed, tmp_path, capsys):
     limit = int(limit_only_adjusted_stages_fit(without_scratch(prof)) + reserve)
     plan_path, run_path = tmp_path / "plan.json", tmp_path / "run.json"
     assert main(["plan", "--profile", str(path), "--stages", str(P), "--microbatches", str(M),
-                 "--memory-limit", str(limit), "--json", str(plan_path)]) == 0
+                 "--memory-limit", str(limit), "--no-families", "--json", str(plan_path)]) == 0
     assert main(["train", "--plan", str(plan_path), "--model", "llama2-tiny", "--steps", "2",
                  "--devices", f"cpu:{P}", "--micro-batch-size", "2", "--seq-len", "64", "--no-progress",
                  "--json", str(run_path)]) == 0
