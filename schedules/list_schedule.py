@@ -19,6 +19,13 @@ placed, host links one copy at a time; with `row_rules` a swap also waits for th
 compute op placed before it (an SI for the SO placed before it too). It ends
 `dur` later, or, for a measured run, when the engine saw it ready.
 
+A run may start from `Known` times (an earlier run it matches up to a point: the
+relaxations' cap search, generators/relaxation.py): those actions are placed as
+given and the loop goes on from there. With a finite `limit`, a device's check adds
+`tail`, the least time the run must go on after any of its actions ends
+(`finish_tails`: its longest chain of dependents), so a trial that cannot meet the
+limit stops as soon as one device has lost more than its slack.
+
 An in-order device's times are longest paths, whatever order the loop visits it in,
 so such devices place every action whose inputs are known at once. A relaxed
 device decides at a time: events (its own end, an input placed, the soonest time a
@@ -55,6 +62,19 @@ class Relaxed:
     alternate: bool = False
 
 
+@dataclass(frozen=True)
+class Known:
+    """Times a run already has: per device, the first `count[d]` actions of `order[d]`
+    at `start`/`end` (lists indexed by action; other entries are not read), e.g. an
+    earlier run's, which this one matches before time `at`; the loop places the
+    rest from `at` on. Compute actions only, no overlapped pairs, no measured times."""
+    start: Sequence[float]
+    end: Sequence[float | None]
+    order: Sequence[Sequence[int]]
+    count: Sequence[int]
+    at: float = 0.0
+
+
 @dataclass
 class Run:
     start: list[float]
@@ -71,42 +91,51 @@ class Run:
 
     @property
     def makespan(self) -> float:
+        if self.complete:
+            return max(self.end, default=0.0)
         return max((e for e in self.end if e is not None), default=0.0)
 
 
 def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit: float = math.inf,
                   row_rules: bool = True, release: Sequence[float] | None = None,
-                  observed_end: Sequence[float] | None = None) -> Run:
+                  observed_end: Sequence[float] | None = None, known: Known | None = None,
+                  tail: Sequence[float] | None = None) -> Run:
     """Times for every action of `run`. Devices in `relaxed` choose (Relaxed);
     the others issue their rows in order. With a finite `limit` the run stops, not
-    complete, as soon as some device's remaining compute cannot end by it. `release`
-    (an action starts no earlier) and `observed_end` (it ends then, or at its start
-    if later) describe a measured run.
+    complete, as soon as some device's remaining compute cannot end by it, plus its
+    `tail` (finish_tails). `release` (an action starts no earlier) and
+    `observed_end` (it ends then, or at its start if later) describe a measured
+    run; `known`, times placed before the loop starts (Known).
     Long: one loop keeps the lanes' rules and both choosers side by side, inline
     (the simulator and the cap search spend their time here)."""
     relaxed = relaxed or {}
     n, total = run.num_devices, len(run.actions)
     dur, deps, lane, woken, pair, kind, lag = run.dur, run.deps, run.lane, run.woken, run.pair, run.kind, run.lag
-    start: list[float] = [0.0] * total
-    end: list[float | None] = [None] * total
-    order: list[list[int]] = [[] for _ in range(n)]
-    compute_end, out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
+    out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n
     bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
     timed = release is not None or observed_end is not None
-    ptr = [0] * n
     halves: dict[int, float] = {}
     state = [_ChooserState(relaxed[d]) if d in relaxed else None for d in range(n)]
-    events = [(0.0, d, d) for d in sorted(relaxed)]
+    if known is None:
+        start: list[float] = [0.0] * total
+        end: list[float | None] = [None] * total
+        order: list[list[int]] = [[] for _ in range(n)]
+        compute_end, ptr, placed = [0.0] * n, [0] * n, 0
+        left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
+    else:
+        start, end, order, compute_end, left, ptr, placed = _from_known(run, known, state)
+    at = 0.0 if known is None else known.at
+    events = [(at if at > compute_end[d] else compute_end[d], d, d) for d in sorted(relaxed) if state[d] is not None]
+    heapq.heapify(events)
     seq = n
-    pending = [d for d in range(n) if d not in relaxed]
-    placed = 0
+    pending = [d for d in range(n) if state[d] is None]
+    tail = tail or [0.0] * n
     pop, push = heapq.heappop, heapq.heappush
     while pending or events:
         if pending:     # an in-order device: place every head whose inputs are known
             d = pending.pop()
             row = run.rows[d]
-            if compute_end[d] + left[d] > bound:
+            if compute_end[d] + left[d] + tail[d] > bound:
                 return Run(start, end, order, False, True, halves)
             while ptr[d] < len(row):
                 i = row[ptr[d]]
@@ -160,7 +189,7 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         free = compute_end[d]
         if t < free:
             continue
-        if t + left[d] > bound:
+        if t + left[d] + tail[d] > bound:
             return Run(start, end, order, False, True, halves)
         ch = state[d]
         chosen = slot = None
@@ -207,6 +236,59 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
             else:
                 pending.append(other)
     return Run(start, end, order, placed == total, False, halves)
+
+
+def _from_known(run: Priced, known: Known, state: list) -> tuple:
+    """The loop's state with `known`'s actions placed: a device whose order is all
+    known is done (no chooser, its row issued); another resumes after its prefix."""
+    dur, lane, kind = run.dur, run.lane, run.kind
+    start, end = list(known.start), list(known.end)
+    n = run.num_devices
+    order, compute_end, left, ptr = [], [0.0] * n, [0.0] * n, [0] * n
+    for d, row in enumerate(run.rows):
+        prefix = known.order[d][:known.count[d]]
+        if prefix:
+            compute_end[d] = end[prefix[-1]]
+        if len(prefix) == len(row):
+            order.append(known.order[d])
+            ptr[d], state[d] = len(row), None
+            continue
+        order.append(list(prefix))
+        placed = set(prefix)
+        for i in row:
+            if i not in placed:
+                end[i] = None
+                left[d] += dur[i] if lane[i] == COMPUTE else 0.0
+        if state[d] is None:
+            ptr[d] = len(prefix)      # an in-order device's order is its row
+        else:
+            for i in prefix:
+                state[d].advance(i, kind[i])
+    return start, end, order, compute_end, left, ptr, sum(known.count)
+
+
+def finish_tails(run: Priced) -> list[float]:
+    """Per device, a time the run must go on after any of its actions ends: the
+    least, over its compute actions, of the longest chain of dependents after one
+    (transfer, then duration, and so on). Adding it to a device's remaining work
+    keeps list_schedule's limit check a lower bound of the makespan."""
+    dur, deps, lag = run.dur, run.deps, run.lag
+    users = [0] * len(dur)
+    for on in deps:
+        for j, _ in on:
+            users[j] += 1
+    after = [0.0] * len(dur)
+    todo = [i for i, u in enumerate(users) if u == 0]
+    while todo:   # reverse topological order: an action once every user of it is done
+        i = todo.pop()
+        for j, b in deps[i]:
+            chain = lag[b] + dur[i] + after[i]
+            if chain > after[j]:
+                after[j] = chain
+            users[j] -= 1
+            if users[j] == 0:
+                todo.append(j)
+    return [min((after[i] for i in row if run.lane[i] == COMPUTE), default=0.0) for row in run.rows]
 
 
 def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
@@ -276,10 +358,15 @@ class _ChooserState:
         self._turn = [(q[j][pos[j]], j) for j in turn if pos[j] < len(q[j])]
         return self._turn
 
-    def take(self, slot: int, kind: Kind) -> None:
-        """Place the head at `slot` of the last candidates()."""
+    def advance(self, i: int, kind: Kind) -> None:
+        """Place action i, the head of one of the queues (a known prefix)."""
+        j = next(j for j, q in enumerate(self.queues) if self.pos[j] < len(q) and q[self.pos[j]] == i)
+        self.take(self.heads.index((i, j)) if not self.alternate else 0, kind, j)
+
+    def take(self, slot: int, kind: Kind, queue: int | None = None) -> None:
+        """Place the head at `slot` of the last candidates() (of `queue`, if given)."""
         if self.alternate:
-            _, j = self._turn[slot]
+            j = self._turn[slot][1] if queue is None else queue
         else:
             _, j = self.heads.pop(slot)
         self.pos[j] += 1
