@@ -22,7 +22,7 @@ import math
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule
-from schedules.list_schedule import Relaxed, list_schedule
+from schedules.generators.relaxation import CappedRun
 from schedules.simulator import price_schedule
 
 _QUEUE = {Kind.F: "F", Kind.B: "BI", Kind.I: "BI", Kind.W: "W"}
@@ -43,14 +43,14 @@ class DeviceRelaxation:
                 a = self.run.actions[i]
                 by_queue.setdefault((a.stage, _QUEUE[a.kind]), []).append(i)
             self.queues.append(tuple(tuple(q) for q in by_queue.values()))
+        self.relax = CappedRun(self.run, dict(enumerate(self.queues)), alternate=False)
 
     def __call__(self, caps: dict[int, int], limit: float = math.inf
                  ) -> tuple[list[list[Action]], float] | None:
         """(rows, makespan: what the simulator gives them under the same costs), or
         None if the caps deadlock, or once the makespan is sure to exceed `limit`
         (a device's remaining work cannot end by then)."""
-        done = list_schedule(self.run, {d: Relaxed(self.queues[d], cap) for d, cap in caps.items()}, limit)
+        done = self.relax.timed(caps, limit)
         if not done.complete:
             return None
-        acts = self.run.actions
-        return [[acts[i] for i in ids] for ids in done.order], done.makespan
+        return self.relax.rows(done), done.makespan

@@ -32,7 +32,42 @@ from schedules.actions import StagePrice, boundary_lags, priced
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind
-from schedules.list_schedule import Relaxed, list_schedule
+from schedules.generators.relaxation import CappedRun
+
+
+class StageRelaxation:
+    """relaxed_rows for one set of fixed orders, costs and swapping stages, priced
+    once: call it with caps (the cap search does, dozens of times; its trials start
+    from the last run that met the target: generators/relaxation.py)."""
+
+    def __init__(self, num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]], caps_of,
+                 costs: StageCosts, adjusted, swapping: Sequence[int] = ()) -> None:
+        p, m = num_stages, num_microbatches
+        if set(fixed) | set(caps_of) != set(range(p)) or set(fixed) & set(caps_of):
+            raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
+        if any(a.kind not in (Kind.F, Kind.B) for row in fixed.values() for a in row):
+            raise ScheduleError("relaxed_rows: fixed orders may hold only F and B actions")
+        adjusted, swaps = set(adjusted), set(swapping)
+        rows = [list(fixed[s]) if s in fixed else
+                [Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)] for s in range(p)]
+        run = priced(rows, p, range(p), [StagePrice(costs, s, s in adjusted, 0.0) for s in range(p)],
+                     boundary_lags(costs, [s in swaps for s in range(p)]))
+        self.p, self.m = p, m
+        self.capped = frozenset(caps_of)
+        self.relax = CappedRun(run, {s: (tuple(run.rows[s][:m]), tuple(run.rows[s][m:])) for s in caps_of},
+                               alternate=True)
+
+    def __call__(self, caps: dict[int, int], limit: float = math.inf) -> tuple[list[list[Action]], float]:
+        if set(caps) != self.capped:
+            raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
+        done = self.relax.timed(caps, limit)
+        out = self.relax.rows(done)
+        if done.past_limit:
+            return out, math.inf
+        if not done.complete:
+            raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * self.m * self.p} actions "
+                                "(the fixed orders deadlock)")
+        return out, done.makespan
 
 
 def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]],
@@ -45,22 +80,4 @@ def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[A
     gives the same rows with those settings. With a finite `limit` it stops as
     soon as the makespan is sure to exceed it (a stage's remaining work cannot end
     by then) and returns makespan inf."""
-    p, m = num_stages, num_microbatches
-    if set(fixed) | set(caps) != set(range(p)) or set(fixed) & set(caps):
-        raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
-    if any(a.kind not in (Kind.F, Kind.B) for row in fixed.values() for a in row):
-        raise ScheduleError("relaxed_rows: fixed orders may hold only F and B actions")
-    adjusted, swaps = set(adjusted), set(swapping)
-    rows = [list(fixed[s]) if s in fixed else
-            [Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)] for s in range(p)]
-    run = priced(rows, p, range(p), [StagePrice(costs, s, s in adjusted, 0.0) for s in range(p)],
-                 boundary_lags(costs, [s in swaps for s in range(p)]))
-    relaxed = {s: Relaxed((tuple(run.rows[s][:m]), tuple(run.rows[s][m:])), caps[s], alternate=True) for s in caps}
-    done = list_schedule(run, relaxed, limit)
-    out = [[run.actions[i] for i in ids] for ids in done.order]
-    if done.past_limit:
-        return out, math.inf
-    if not done.complete:
-        raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * m * p} actions "
-                            "(the fixed orders deadlock)")
-    return out, done.makespan
+    return StageRelaxation(num_stages, num_microbatches, fixed, caps, costs, adjusted, swapping)(caps, limit)
