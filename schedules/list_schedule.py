@@ -21,10 +21,11 @@ compute op placed before it (an SI for the SO placed before it too). It ends
 
 A run may start from `Known` times (an earlier run it matches up to a point: the
 relaxations' cap search, generators/relaxation.py): those actions are placed as
-given and the loop goes on from there. With a finite `limit`, a device's check adds
-`tail`, the least time the run must go on after any of its actions ends
-(`finish_tails`: its longest chain of dependents), so a trial that cannot meet the
-limit stops as soon as one device has lost more than its slack.
+given and the loop goes on from there, and may pause at a time (`until`). With a
+finite `limit`, a device's check adds `tail`, a time the run must go on after any
+of its actions ends (relaxation.finish_tails: its shortest longest chain of
+dependents), so a trial that cannot meet the limit stops as soon as one device has
+lost more than its slack.
 
 An in-order device's times are longest paths, whatever order the loop visits it in,
 so such devices place every action whose inputs are known at once. A relaxed
@@ -37,8 +38,10 @@ order.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -83,13 +86,15 @@ class Run:
     complete: bool             # every action placed
     past_limit: bool = False   # stopped early: sure to end past the limit
     halves: dict[int, float] = field(default_factory=dict)   # an overlapped pair's first half: its own end
+    paused: bool = False       # stopped at `until`
+    stopped: float = math.inf  # paused or past the limit at this time: every action starting before it is placed
 
     def span(self, i: int) -> tuple[float, float]:
         """(start, end) of action i as it ran: an overlapped pair's first half ends
         where the second starts, though its output leaves at the unit's end."""
         return self.start[i], self.halves.get(i, self.end[i])
 
-    @property
+    @functools.cached_property
     def makespan(self) -> float:
         if self.complete:
             return max(self.end, default=0.0)
@@ -99,13 +104,14 @@ class Run:
 def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit: float = math.inf,
                   row_rules: bool = True, release: Sequence[float] | None = None,
                   observed_end: Sequence[float] | None = None, known: Known | None = None,
-                  tail: Sequence[float] | None = None) -> Run:
+                  tail: Sequence[float] | None = None, until: float = math.inf) -> Run:
     """Times for every action of `run`. Devices in `relaxed` choose (Relaxed);
     the others issue their rows in order. With a finite `limit` the run stops, not
     complete, as soon as some device's remaining compute cannot end by it, plus its
-    `tail` (finish_tails). `release` (an action starts no earlier) and
+    `tail` (a time the run must go on after any of its actions). `release` (an action starts no earlier) and
     `observed_end` (it ends then, or at its start if later) describe a measured
-    run; `known`, times placed before the loop starts (Known).
+    run; `known`, times placed before the loop starts (Known); `until`, a time the
+    loop pauses at (before any relaxed device decides at it or later).
     Long: one loop keeps the lanes' rules and both choosers side by side, inline
     (the simulator and the cap search spend their time here)."""
     relaxed = relaxed or {}
@@ -124,7 +130,7 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
     else:
         start, end, order, compute_end, left, ptr, placed = _from_known(run, known, state)
-    at = 0.0 if known is None else known.at
+    at = now = 0.0 if known is None else known.at
     events = [(at if at > compute_end[d] else compute_end[d], d, d) for d in sorted(relaxed) if state[d] is not None]
     heapq.heapify(events)
     seq = n
@@ -135,8 +141,8 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         if pending:     # an in-order device: place every head whose inputs are known
             d = pending.pop()
             row = run.rows[d]
-            if compute_end[d] + left[d] + tail[d] > bound:
-                return Run(start, end, order, False, True, halves)
+            if ptr[d] < len(row) and compute_end[d] + left[d] + tail[d] > bound:   # one with work left
+                return Run(start, end, order, False, True, halves, False, now)
             while ptr[d] < len(row):
                 i = row[ptr[d]]
                 if i in pair:
@@ -186,11 +192,14 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                         pending.append(other)
             continue
         t, _, d = pop(events)     # a relaxed device at time t
+        now = t
+        if t >= until:
+            return Run(start, end, order, False, False, halves, True, t)
         free = compute_end[d]
         if t < free:
             continue
         if t + left[d] + tail[d] > bound:
-            return Run(start, end, order, False, True, halves)
+            return Run(start, end, order, False, True, halves, False, t)
         ch = state[d]
         chosen = slot = None
         soonest = math.inf
@@ -240,13 +249,21 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
 
 def _from_known(run: Priced, known: Known, state: list) -> tuple:
     """The loop's state with `known`'s actions placed: a device whose order is all
-    known is done (no chooser, its row issued); another resumes after its prefix."""
-    dur, lane, kind = run.dur, run.lane, run.kind
-    start, end = list(known.start), list(known.end)
-    n = run.num_devices
+    known is done (no chooser, its row issued); another resumes after its prefix.
+    Copies whichever side is smaller: the known actions, or the rest blanked."""
+    dur, total, n = run.dur, len(run.actions), run.num_devices
+    prefixes = [o if c == len(o) else o[:c] for o, c in zip(known.order, known.count)]
+    placed = sum(map(len, prefixes))
+    if 2 * placed < total:
+        start, end = [0.0] * total, [None] * total
+        for prefix in prefixes:
+            for i in prefix:
+                start[i], end[i] = known.start[i], known.end[i]
+    else:
+        start, end = list(known.start), list(known.end)
     order, compute_end, left, ptr = [], [0.0] * n, [0.0] * n, [0] * n
     for d, row in enumerate(run.rows):
-        prefix = known.order[d][:known.count[d]]
+        prefix = prefixes[d]
         if prefix:
             compute_end[d] = end[prefix[-1]]
         if len(prefix) == len(row):
@@ -254,41 +271,17 @@ def _from_known(run: Priced, known: Known, state: list) -> tuple:
             ptr[d], state[d] = len(row), None
             continue
         order.append(list(prefix))
-        placed = set(prefix)
-        for i in row:
-            if i not in placed:
-                end[i] = None
-                left[d] += dur[i] if lane[i] == COMPUTE else 0.0
+        left[d] = sum(map(dur.__getitem__, row)) - sum(map(dur.__getitem__, prefix))
+        if 2 * placed >= total:
+            seen = set(prefix)
+            for i in row:
+                if i not in seen:
+                    end[i] = None
         if state[d] is None:
             ptr[d] = len(prefix)      # an in-order device's order is its row
         else:
-            for i in prefix:
-                state[d].advance(i, kind[i])
-    return start, end, order, compute_end, left, ptr, sum(known.count)
-
-
-def finish_tails(run: Priced) -> list[float]:
-    """Per device, a time the run must go on after any of its actions ends: the
-    least, over its compute actions, of the longest chain of dependents after one
-    (transfer, then duration, and so on). Adding it to a device's remaining work
-    keeps list_schedule's limit check a lower bound of the makespan."""
-    dur, deps, lag = run.dur, run.deps, run.lag
-    users = [0] * len(dur)
-    for on in deps:
-        for j, _ in on:
-            users[j] += 1
-    after = [0.0] * len(dur)
-    todo = [i for i, u in enumerate(users) if u == 0]
-    while todo:   # reverse topological order: an action once every user of it is done
-        i = todo.pop()
-        for j, b in deps[i]:
-            chain = lag[b] + dur[i] + after[i]
-            if chain > after[j]:
-                after[j] = chain
-            users[j] -= 1
-            if users[j] == 0:
-                todo.append(j)
-    return [min((after[i] for i in row if run.lane[i] == COMPUTE), default=0.0) for row in run.rows]
+            state[d].resume(prefix, run.kind)
+    return start, end, order, compute_end, left, ptr, placed
 
 
 def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
@@ -348,25 +341,35 @@ class _ChooserState:
         self.held = 0
         self.last = 0            # alternate: the queue placed from last (the first, before any)
         self._turn = self.heads
+        k = len(self.queues)       # alternate: the queues in turn after each one
+        self._after = [[(last + 1 + j) % k for j in range(k)] for last in range(k)]
 
     def candidates(self) -> list[tuple[int, int]]:
         """(action index, queue) of every head, most preferred first."""
         if not self.alternate:
             return self.heads
-        k, q, pos = len(self.queues), self.queues, self.pos
-        turn = [(self.last + 1 + j) % k for j in range(k)]
-        self._turn = [(q[j][pos[j]], j) for j in turn if pos[j] < len(q[j])]
+        q, pos = self.queues, self.pos
+        self._turn = [(q[j][pos[j]], j) for j in self._after[self.last] if pos[j] < len(q[j])]
         return self._turn
 
-    def advance(self, i: int, kind: Kind) -> None:
-        """Place action i, the head of one of the queues (a known prefix)."""
-        j = next(j for j, q in enumerate(self.queues) if self.pos[j] < len(q) and q[self.pos[j]] == i)
-        self.take(self.heads.index((i, j)) if not self.alternate else 0, kind, j)
+    def resume(self, prefix: Sequence[int], kind: Sequence[Kind]) -> None:
+        """The state after placing `prefix` (a known start: each queue's first
+        actions, in the queues' orders)."""
+        if not prefix:
+            return
+        seen = set(prefix)
+        for j, q in enumerate(self.queues):     # a queue's first pos[j] actions are placed
+            self.pos[j] = bisect.bisect_left(range(len(q)), True, key=lambda k: q[k] not in seen)
+            if self.pos[j] and q[self.pos[j] - 1] == prefix[-1]:
+                self.last = j
+        kinds = Counter(map(kind.__getitem__, prefix))
+        self.held = kinds[_F] - kinds[_W] - kinds[_B]   # a B here is a full one (its block has no W)
+        self.heads = sorted((q[self.pos[j]], j) for j, q in enumerate(self.queues) if self.pos[j] < len(q))
 
-    def take(self, slot: int, kind: Kind, queue: int | None = None) -> None:
-        """Place the head at `slot` of the last candidates() (of `queue`, if given)."""
+    def take(self, slot: int, kind: Kind) -> None:
+        """Place the head at `slot` of the last candidates()."""
         if self.alternate:
-            j = self._turn[slot][1] if queue is None else queue
+            _, j = self._turn[slot]
         else:
             _, j = self.heads.pop(slot)
         self.pos[j] += 1

@@ -62,7 +62,7 @@ class StageRelaxation:
             raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
         done = self.relax.timed(caps, limit)
         out = self.relax.rows(done)
-        if done.past_limit:
+        if done.past_limit or (not done.complete and math.isfinite(limit)):   # a deadlock cannot meet it either
             return out, math.inf
         if not done.complete:
             raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * self.m * self.p} actions "
@@ -79,5 +79,5 @@ def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[A
     in `swapping` keeps 1 - link_sharing of its bandwidth), which the simulator
     gives the same rows with those settings. With a finite `limit` it stops as
     soon as the makespan is sure to exceed it (a stage's remaining work cannot end
-    by then) and returns makespan inf."""
+    by then), or deadlocks, and returns makespan inf."""
     return StageRelaxation(num_stages, num_microbatches, fixed, caps, costs, adjusted, swapping)(caps, limit)

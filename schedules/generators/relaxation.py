@@ -10,28 +10,28 @@ queues of their own, and their results are read off its Runs.
 
 A bisection trial differs from a run it already has (the last one that met its
 target) by one device's smaller cap. `timed` starts such a trial from that run
-instead of from nothing, and gives the same Run as a whole one would, when every
+instead of from nothing, and gives the same Run a whole one would (as far as the
+trial decides: whether it ends by the limit, and if so every time), when every
 compute action lasts a positive time (otherwise it runs whole):
 
   - before the cap binds, the trial is that run: up to the start of the first
-    forward the earlier run placed while the device already held `cap` blocks (the
-    one memory fold over its order: schedules.memory.order_memory); if there is
-    none, the cap never binds and the trial is that run;
-  - after it, only the devices whose inputs change can act differently. A device's
-    choices depend on nothing but the times its inputs end (with positive durations
-    every input that ends by a time is placed before the loop decides at that time,
-    and the device decides at each time one of its queues' heads becomes ready),
-    so the loop re-runs the capped device from there with every other device's
-    times known; if some output it sends to another device now ends at another
-    time, that device joins and the loop re-runs the set from the first time such
-    an output differs (before it, all agreed). When no output leaving the set
-    changes, the other devices' times stand and the run is exact;
-  - a set that keeps growing gives way to the whole pipeline, resumed from that
-    time with the limit, which stops a trial that cannot meet it once one device's
-    remaining work plus its tail (list_schedule.finish_tails) passes it.
+    forward the earlier run placed while the device already held `cap` blocks
+    (caps.first_over, the one memory fold over its order); if there is none, the
+    cap never binds and the trial is that run;
+  - after it, only devices whose inputs change can act differently. A device's
+    choices depend on nothing but the times its inputs end (with positive
+    durations every input that ends by a time is placed before the loop decides at
+    that time, and a device decides whenever one of its queues' heads becomes
+    ready), so the loop runs a group of devices, the capped one first, with every
+    other device's times known from the earlier run, and `_horizon` finds the
+    first time an output leaving the group changes what its user does: before it
+    the run is exact. No such change: the run is the trial. Otherwise the users
+    join the group, which goes on from that time (a window at a time, so a trial
+    whose change spreads costs the devices and the time it reaches, not the whole
+    pipeline); the limit check (with finish_tails) stops a trial
+    that cannot meet the limit where the run is exact.
 
-A trial that cannot end by its limit comes back not complete, past_limit, as the
-whole run with that limit would.
+A trial that cannot end by its limit comes back not complete, past_limit.
 """
 from __future__ import annotations
 
@@ -40,14 +40,13 @@ import math
 from collections import OrderedDict
 from typing import Sequence
 
-from schedules.actions import Priced
+from schedules.actions import COMPUTE, Priced
 from schedules.generators.caps import first_over
-from schedules.ir import Action, Kind
-from schedules.list_schedule import Known, Relaxed, Run, finish_tails, list_schedule
+from schedules.ir import Action
+from schedules.list_schedule import Known, Relaxed, Run, list_schedule
 
 _SLACK = 1e-12     # as list_schedule's: a run ending within it of the limit meets it
 _REMEMBERED = 4    # runs kept to start trials from (each a few MB at p = 64, m = 512)
-_ROUNDS = 3        # sets re-run before the pipeline is resumed whole
 
 
 class CappedRun:
@@ -58,14 +57,35 @@ class CappedRun:
         self.tail = finish_tails(run)
         # trials start from a remembered run only where that is exact (module docstring)
         self.incremental = not run.pair and all(d > 0 for d in run.dur)
+        # about a round trip through the pipeline: the first window a growing group runs
+        self.window = 2 * (sum(max((run.dur[i] for i in row), default=0.0) for row in run.rows) + sum(run.lag))
         self._runs: OrderedDict[tuple, Run] = OrderedDict()
+        # per action: (user, boundary, user's device) of each action on another device waiting on it
+        users: list[list[tuple[int, int, int]]] = [[] for _ in run.actions]
+        for i, on in enumerate(run.deps):
+            for j, b in on:
+                if run.device_of[j] != run.device_of[i]:
+                    users[j].append((i, b, run.device_of[i]))
+        self.users = users
+        self._rows: dict[int, tuple[list[int], tuple[Action, ...]]] = {}   # id(order) -> (order, its actions)
 
     def choosers(self, caps: dict[int, int]) -> dict[int, Relaxed]:
         return {d: Relaxed(self.queues[d], cap, self.alternate) for d, cap in caps.items()}
 
     def rows(self, done: Run) -> list[list[Action]]:
-        acts = self.run.actions
-        return [[acts[i] for i in ids] for ids in done.order]
+        """Each device's actions in the order placed. A trial shares the order lists of
+        the devices it did not re-run with the run it started from: each such row is
+        looked up once (the lists are never changed once their run is done)."""
+        get = self.run.actions.__getitem__
+        out = []
+        for ids in done.order:
+            kept = self._rows.get(id(ids))
+            if kept is None or kept[0] is not ids:
+                if len(self._rows) > 8 * len(done.order):
+                    self._rows.clear()
+                kept = self._rows[id(ids)] = (ids, tuple(map(get, ids)))
+            out.append(list(kept[1]))
+        return out
 
     def timed(self, caps: dict[int, int], limit: float = math.inf) -> Run:
         """The list scheduler's run under `caps`, stopped (past_limit) once sure to
@@ -102,45 +122,109 @@ class CappedRun:
         over = None if r < 0 else first_over([acts[i] for i in ref.order[r]], caps[r])
         if over is None:
             return _limited(ref, limit)
-        at = ref.start[ref.order[r][over]]
-        # the capped device and those its forwards feed: a later forward changes their inputs
-        base, group = ref, {r, *(u for i in ref.order[r] if self.run.kind[i] is Kind.F for u in self.run.woken[i])}
         choosers = self.choosers(caps)
-        for _ in range(_ROUNDS):
-            known = Known(base.start, base.end, base.order,
-                          [_before(base, d, at) if d in group else len(base.order[d]) for d in range(len(base.order))],
-                          at)
-            done = list_schedule(self.run, {d: c for d, c in choosers.items() if d in group}, known=known)
-            if not done.complete:
-                break
-            moved, first = self._changed(done, ref, group)
-            if not moved:
+        at, cur, moved = ref.start[ref.order[r][over]], ref, set()
+        # the capped device to the end; then with those it changed and the devices after
+        # it (where a late forward goes first) for about a round trip; then all of them
+        for group, window in (({r}, math.inf), (set(range(r, len(ref.order))), self.window)):
+            group |= moved     # the users of what changed before `at`, where the run is exact
+            known = _merged(ref, cur, group, at)
+            done = list_schedule(self.run, {d: c for d, c in choosers.items() if d in group}, limit, known=known,
+                                 tail=self.tail, until=at + window)
+            if not (done.complete or done.paused or done.past_limit):
+                break      # stuck: the group waits on what others would do differently
+            moved, first, last = self._horizon(done, ref, group, known)
+            if done.complete and not moved:
                 return _limited(done, limit)
-            base, at = done, first
-            group |= moved
-        counts = [_before(base, d, at) for d in range(len(base.order))]
-        return list_schedule(self.run, choosers, limit, known=Known(base.start, base.end, base.order, counts, at),
-                             tail=self.tail)
+            if done.past_limit and first > max(last, done.stopped):   # exact so far: the limit check stands
+                return done
+            cur, at = done, min(first, done.stopped)
+        return list_schedule(self.run, choosers, limit, known=_resumed(cur, at), tail=self.tail)
 
-    def _changed(self, done: Run, ref: Run, group: set[int]) -> tuple[set[int], float]:
-        """Devices outside `group` an action of the group sends to whose end moved from
-        `ref`, and the earliest time such an end (old or new) falls."""
+    def _horizon(self, done: Run, ref: Run, group: set[int], known: Known) -> tuple[set[int], float, float]:
+        """(the devices outside `group` whose choices an output the group placed after
+        `known` may change, the earliest time such an output ends now or in `ref`, the
+        latest start placed): before that time the run is exact. An output that ends
+        later than in `ref` but before its user started there changes nothing (the user
+        found it ready when it chose it; at an earlier choice it was not the one
+        chosen). One not placed that `ref` had ended by the time the run stopped ends
+        later: a change."""
         moved: set[int] = set()
-        first = math.inf
-        users, new, old = self.run.woken, done.end, ref.end
+        first, last = math.inf, -math.inf
+        users, new, old, start, lag = self.users, done.end, ref.end, ref.start, self.run.lag
         for d in group:
-            for i in self.run.rows[d]:
-                if new[i] != old[i]:
-                    out = [u for u in users[i] if u not in group]
+            placed = done.order[d][known.count[d]:]
+            if placed:
+                last = max(last, done.start[placed[-1]])
+            for j in placed:
+                e = new[j]
+                if e != old[j]:
+                    late = e > old[j]
+                    for i, b, u in users[j]:
+                        if u not in group and not (late and e + lag[b] <= start[i]):
+                            moved.add(u)
+                            first = min(first, e, old[j])
+            if done.complete:
+                continue
+            for j in ref.order[d][_before(ref, d, known.at):]:
+                if old[j] >= done.stopped:
+                    break
+                if new[j] is None:
+                    out = [u for _, _, u in users[j] if u not in group]
                     if out:
                         moved.update(out)
-                        first = min(first, new[i], old[i])
-        return moved, first
+                        first = min(first, old[j])
+        return moved, first, last
+
+
+def finish_tails(run: Priced) -> list[float]:
+    """Per device, a time the run must go on after any of its actions ends: the
+    least, over its compute actions, of the longest chain of dependents after one
+    (transfer, then duration, and so on). Adding it to a device's remaining work
+    keeps list_schedule's limit check a lower bound of the makespan."""
+    dur, deps, lag = run.dur, run.deps, run.lag
+    users = [0] * len(dur)
+    for on in deps:
+        for j, _ in on:
+            users[j] += 1
+    after = [0.0] * len(dur)
+    todo = [i for i, u in enumerate(users) if u == 0]
+    while todo:   # reverse topological order: an action once every user of it is done
+        i = todo.pop()
+        for j, b in deps[i]:
+            chain = lag[b] + dur[i] + after[i]
+            if chain > after[j]:
+                after[j] = chain
+            users[j] -= 1
+            if users[j] == 0:
+                todo.append(j)
+    return [min((after[i] for i in row if run.lane[i] == COMPUTE), default=0.0) for row in run.rows]
 
 
 def _before(done: Run, d: int, at: float) -> int:
     """How many of device d's actions start before `at` (its order runs in time)."""
     return bisect.bisect_left(done.order[d], at, key=done.start.__getitem__)
+
+
+def _resumed(base: Run, at: float) -> Known:
+    """Every device from `at` on, `base` (exact before it) known before."""
+    return Known(base.start, base.end, base.order, [_before(base, d, at) for d in range(len(base.order))], at)
+
+
+def _merged(ref: Run, base: Run, group: set[int], at: float) -> Known:
+    """The group's devices from `at` on (`base`, exact before it, known before), every
+    other device's whole order as in `ref`."""
+    if base is ref:
+        return Known(ref.start, ref.end, ref.order,
+                     [_before(ref, d, at) if d in group else len(o) for d, o in enumerate(ref.order)], at)
+    start, end = list(ref.start), list(ref.end)
+    order, count = list(ref.order), [len(o) for o in ref.order]
+    for d in group:
+        count[d] = _before(base, d, at)
+        order[d] = base.order[d]
+        for i in order[d][:count[d]]:
+            start[i], end[i] = base.start[i], base.end[i]
+    return Known(start, end, order, count, at)
 
 
 def _limited(done: Run, limit: float) -> Run:
