@@ -77,10 +77,9 @@ def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: Stag
     p, m = num_stages, num_microbatches
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adjusted}
     straw = strawman_warmup(p, m, adjusted)
-    _, t_straw = relaxed_rows(p, m, {s: one_f_one_b_row(s, m, straw[s]) for s in range(p)}, {}, costs, adjusted,
-                              swapping=swapping)
     caps = {s: straw[s] for s in adjusted}
     relax = StageRelaxation(p, m, fixed, caps, costs, adjusted, swapping)
+    t_straw = relax.in_order([one_f_one_b_row(s, m, straw[s]) for s in range(p)])
     found = relax(caps)
     if found[1] > t_straw * (1 + _TOL):
         return None, t_straw, None

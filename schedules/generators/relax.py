@@ -26,6 +26,7 @@ searches.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 from schedules.actions import StagePrice, boundary_lags, priced
@@ -33,6 +34,7 @@ from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind
 from schedules.generators.relaxation import CappedRun
+from schedules.list_schedule import list_schedule
 
 
 class StageRelaxation:
@@ -68,6 +70,21 @@ class StageRelaxation:
             raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * self.m * self.p} actions "
                                 "(the fixed orders deadlock)")
         return out, done.makespan
+
+    def in_order(self, rows: Sequence[Sequence[Action]]) -> float:
+        """relaxed_rows(p, m, rows, {}, ...)'s makespan: every stage issuing the given
+        order of its F and B (the same actions, so the same table and loop)."""
+        run = self.relax.run
+        index = {a: i for i, a in enumerate(run.actions)}
+        ids = tuple(tuple(index[a] for a in row) for row in rows)
+        if sorted(i for row in ids for i in row) != list(range(len(run.actions))) or \
+                any(run.device_of[i] != d for d, row in enumerate(ids) for i in row):
+            raise ScheduleError("relaxed_rows: every stage's order must hold its F and B of every micro-batch")
+        done = list_schedule(replace(run, rows=ids))
+        if not done.complete:
+            raise ScheduleError(f"relaxed_rows: placed {sum(map(len, done.order))} of {2 * self.m * self.p} "
+                                "actions (the fixed orders deadlock)")
+        return done.makespan
 
 
 def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]],
