@@ -272,15 +272,19 @@ def _from_known(run: Priced, known: Known, state: list) -> tuple:
             continue
         order.append(list(prefix))
         left[d] = sum(map(dur.__getitem__, row)) - sum(map(dur.__getitem__, prefix))
-        if 2 * placed >= total:
-            seen = set(prefix)
-            for i in row:
-                if i not in seen:
-                    end[i] = None
         if state[d] is None:
             ptr[d] = len(prefix)      # an in-order device's order is its row
+            rest = (row[len(prefix):],)
         else:
             state[d].resume(prefix, run.kind)
+            rest = state[d].rest()
+        if 2 * placed >= total:       # the arrays were copied whole: blank what is left to place
+            for ids in rest:
+                if ids and ids[-1] - ids[0] == len(ids) - 1:     # a run of indices (a row's, a stage's F or B)
+                    end[ids[0]:ids[-1] + 1] = [None] * len(ids)
+                else:
+                    for i in ids:
+                        end[i] = None
     return start, end, order, compute_end, left, ptr, placed
 
 
@@ -365,6 +369,10 @@ class _ChooserState:
         kinds = Counter(map(kind.__getitem__, prefix))
         self.held = kinds[_F] - kinds[_W] - kinds[_B]   # a B here is a full one (its block has no W)
         self.heads = sorted((q[self.pos[j]], j) for j, q in enumerate(self.queues) if self.pos[j] < len(q))
+
+    def rest(self) -> list[tuple[int, ...]]:
+        """Each queue's actions not placed yet."""
+        return [q[self.pos[j]:] for j, q in enumerate(self.queues)]
 
     def take(self, slot: int, kind: Kind) -> None:
         """Place the head at `slot` of the last candidates()."""

@@ -124,33 +124,45 @@ class CappedRun:
             return _limited(ref, limit)
         choosers = self.choosers(caps)
         at, cur, moved = ref.start[ref.order[r][over]], ref, set()
-        # the capped device to the end; then with those it changed and the devices after
-        # it (where a late forward goes first) for about a round trip; then all of them
-        for group, window in (({r}, math.inf), (set(range(r, len(ref.order))), self.window)):
-            group |= moved     # the users of what changed before `at`, where the run is exact
-            known = _merged(ref, cur, group, at)
+        # the capped device for about a round trip (a trial that misses the target has
+        # mostly changed another's inputs by then), then to the end; with those it
+        # changed and the devices after it (where a late forward goes first) for a
+        # round trip; then all of them
+        steps = (({r}, self.window), ({r}, math.inf), (set(range(r, len(ref.order))), self.window))
+        step, whole_at = 0, at
+        while step < len(steps):
+            group = steps[step][0] | moved     # the users of what changed before `at`, where the run is exact
+            known = _merged(cur, group, at)
             done = list_schedule(self.run, {d: c for d, c in choosers.items() if d in group}, limit, known=known,
-                                 tail=self.tail, until=at + window)
+                                 tail=self.tail, until=at + steps[step][1])
             if not (done.complete or done.paused or done.past_limit):
                 break      # stuck: the group waits on what others would do differently
-            moved, first, last = self._horizon(done, ref, group, known)
-            if done.complete and not moved:
+            changed, first, open_, last = self._horizon(done, ref, group, known)
+            if done.complete and not changed:
                 return _limited(done, limit)
-            if done.past_limit and first > max(last, done.stopped):   # exact so far: the limit check stands
+            if done.past_limit and min(first, open_) > max(last, done.stopped):   # exact so far: the check stands
                 return done
-            cur, at = done, min(first, done.stopped)
-        return list_schedule(self.run, choosers, limit, known=_resumed(cur, at), tail=self.tail)
+            cur, whole_at = done, min(first, open_, done.stopped)
+            if done.paused and first >= done.stopped:     # no user changed so far: on from there
+                at, step = done.stopped, (1 if step == 0 else len(steps))
+                continue
+            moved |= changed
+            at, step = min(first, done.stopped), (2 if step < 2 else len(steps))
+        return list_schedule(self.run, choosers, limit, known=_resumed(cur, min(at, whole_at)), tail=self.tail)
 
-    def _horizon(self, done: Run, ref: Run, group: set[int], known: Known) -> tuple[set[int], float, float]:
+    def _horizon(self, done: Run, ref: Run, group: set[int], known: Known
+                 ) -> tuple[set[int], float, float, float]:
         """(the devices outside `group` whose choices an output the group placed after
-        `known` may change, the earliest time such an output ends now or in `ref`, the
-        latest start placed): before that time the run is exact. An output that ends
-        later than in `ref` but before its user started there changes nothing (the user
-        found it ready when it chose it; at an earlier choice it was not the one
-        chosen). One not placed that `ref` had ended by the time the run stopped ends
-        later: a change."""
+        `known` changes, the earliest time such an output ends now or in `ref`, the
+        earliest time an output not placed yet ended in `ref` whose user may or may not
+        change, the latest start placed): the run is exact before the first, and before
+        the second unless a later run finds that output changes its user. An output
+        that ends later than in `ref` but before its user started there changes
+        nothing (the user found it ready when it chose it; at an earlier choice it was
+        not the one chosen); one not placed when the run stopped ends after that."""
         moved: set[int] = set()
-        first, last = math.inf, -math.inf
+        first = open_ = math.inf
+        last = -math.inf
         users, new, old, start, lag = self.users, done.end, ref.end, ref.start, self.run.lag
         for d in group:
             placed = done.order[d][known.count[d]:]
@@ -170,11 +182,15 @@ class CappedRun:
                 if old[j] >= done.stopped:
                     break
                 if new[j] is None:
-                    out = [u for _, _, u in users[j] if u not in group]
-                    if out:
-                        moved.update(out)
-                        first = min(first, old[j])
-        return moved, first, last
+                    for i, b, u in users[j]:
+                        if u in group:
+                            continue
+                        if done.stopped + lag[b] >= start[i]:    # it ends after its user started there
+                            moved.add(u)
+                            first = min(first, old[j])
+                        else:
+                            open_ = min(open_, old[j])
+        return moved, first, open_, last
 
 
 def finish_tails(run: Priced) -> list[float]:
@@ -211,20 +227,11 @@ def _resumed(base: Run, at: float) -> Known:
     return Known(base.start, base.end, base.order, [_before(base, d, at) for d in range(len(base.order))], at)
 
 
-def _merged(ref: Run, base: Run, group: set[int], at: float) -> Known:
-    """The group's devices from `at` on (`base`, exact before it, known before), every
-    other device's whole order as in `ref`."""
-    if base is ref:
-        return Known(ref.start, ref.end, ref.order,
-                     [_before(ref, d, at) if d in group else len(o) for d, o in enumerate(ref.order)], at)
-    start, end = list(ref.start), list(ref.end)
-    order, count = list(ref.order), [len(o) for o in ref.order]
-    for d in group:
-        count[d] = _before(base, d, at)
-        order[d] = base.order[d]
-        for i in order[d][:count[d]]:
-            start[i], end[i] = base.start[i], base.end[i]
-    return Known(start, end, order, count, at)
+def _merged(base: Run, group: set[int], at: float) -> Known:
+    """The group's devices from `at` on (`base` exact before it), every other device's
+    whole order as in `base`: the earlier run's, since a group only grows."""
+    return Known(base.start, base.end, base.order,
+                 [_before(base, d, at) if d in group else len(o) for d, o in enumerate(base.order)], at)
 
 
 def _limited(done: Run, limit: float) -> Run:
