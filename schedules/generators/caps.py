@@ -10,7 +10,11 @@ the block has no W (`held_peaks`). A cap at least as large as what the row holds
 most under the current caps never binds, so the relaxation under it is that same
 run (tests/schedules/generators/test_caps.py checks this on random schedules): the
 bisection takes such trials as met without running them, which leaves its steps
-and answer as they were and skips most of its relaxations.
+and answer as they were and skips most of its relaxations. A trial it does run
+differs from the last run that met the target from the first forward that run
+started holding `cap` blocks on (`first_over`): the relaxations start it there
+(generators/relaxation.py). Both read the one memory fold of a row, remembered for
+the last few rows asked: the row bisected and the run it came from.
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ move left into its bubble. The simulator, which runs the same loop with every ro
 in order, gives the relaxed rows the relaxation's own makespan.
 
 `DeviceRelaxation(base, costs)` prices the base once and relaxes under any caps:
-the cap search (generators/caps.py) runs it dozens of times per schedule.
+the cap search (generators/caps.py) runs it dozens of times per schedule, each
+trial from the last run that met its target (generators/relaxation.py).
 """
 from __future__ import annotations
 

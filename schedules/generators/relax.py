@@ -6,7 +6,9 @@ relaxed stage alternates forward and backward and swaps the two when the preferr
 one is late. (device_relax.py relaxes any schedule, chunks and split backwards: a
 relaxed device runs the first action of its given row whose inputs are there.)
 Both are the one list scheduler (schedules.list_schedule) with a chooser of their
-own, over the per-kind table (schedules.actions).
+own, over the per-kind table (schedules.actions). `StageRelaxation` is relaxed_rows
+priced once for the cap search, whose trials start from the last run that met the
+target (generators/relaxation.py).
 
 relaxed_rows:
 

@@ -22,14 +22,17 @@ compute action lasts a positive time (otherwise it runs whole):
     choices depend on nothing but the times its inputs end (with positive
     durations every input that ends by a time is placed before the loop decides at
     that time, and a device decides whenever one of its queues' heads becomes
-    ready), so the loop runs a group of devices, the capped one first, with every
-    other device's times known from the earlier run, and `_horizon` finds the
-    first time an output leaving the group changes what its user does: before it
-    the run is exact. No such change: the run is the trial. Otherwise the users
-    join the group, which goes on from that time (a window at a time, so a trial
-    whose change spreads costs the devices and the time it reaches, not the whole
-    pipeline); the limit check (with finish_tails) stops a trial
-    that cannot meet the limit where the run is exact.
+    ready). So the loop runs a group of devices with every other device's times
+    known from the earlier run, and `_horizon` finds the first time an output
+    leaving the group changes what its user does (an output later than before,
+    but still before its user took it, changes nothing): before that time the run
+    is exact, and with no such change it is the trial. The group is the capped
+    device, for about a round trip through the pipeline, then to the end (a trial
+    that meets its target mostly changes nothing else); then, where it changed
+    another device, those users and every device after it (a late forward reaches
+    them first), for a round trip from the first change; then the whole pipeline
+    from where the run is still exact. The limit check (with finish_tails) stops a
+    trial that cannot meet the limit wherever the run is exact.
 
 A trial that cannot end by its limit comes back not complete, past_limit.
 """
@@ -96,8 +99,9 @@ class CappedRun:
         else:
             done = self._from(near[0], near[1], caps, limit)
         if done.complete and not done.past_limit:
-            self._runs[tuple(sorted(caps.items()))] = done
-            self._runs.move_to_end(tuple(sorted(caps.items())))
+            key = tuple(sorted(caps.items()))
+            self._runs[key] = done
+            self._runs.move_to_end(key)
             if len(self._runs) > _REMEMBERED:
                 self._runs.popitem(last=False)
         return done
@@ -124,10 +128,8 @@ class CappedRun:
             return _limited(ref, limit)
         choosers = self.choosers(caps)
         at, cur, moved = ref.start[ref.order[r][over]], ref, set()
-        # the capped device for about a round trip (a trial that misses the target has
-        # mostly changed another's inputs by then), then to the end; with those it
-        # changed and the devices after it (where a late forward goes first) for a
-        # round trip; then all of them
+        # (group, window): the capped device for a round trip, then to the end; with the
+        # users it changed and the devices after it for a round trip; then all of them
         steps = (({r}, self.window), ({r}, math.inf), (set(range(r, len(ref.order))), self.window))
         step, whole_at = 0, at
         while step < len(steps):
