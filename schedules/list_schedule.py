@@ -23,9 +23,9 @@ A run may start from `Known` times (an earlier run it matches up to a point: the
 relaxations' cap search, generators/relaxation.py): those actions are placed as
 given and the loop goes on from there, and may pause at a time (`until`). With a
 finite `limit`, a device's check adds `tail`, a time the run must go on after any
-of its actions ends (relaxation.finish_tails: its shortest longest chain of
-dependents), so a trial that cannot meet the limit stops as soon as one device has
-lost more than its slack.
+of its actions ends (generators/relaxation.py's finish_tails: the least, over its
+actions, of the longest chain of dependents after one), so a trial that cannot
+meet the limit stops as soon as one device has lost more than its slack.
 
 An in-order device's times are longest paths, whatever order the loop visits it in,
 so such devices place every action whose inputs are known at once. A relaxed
@@ -107,11 +107,12 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                   tail: Sequence[float] | None = None, until: float = math.inf) -> Run:
     """Times for every action of `run`. Devices in `relaxed` choose (Relaxed);
     the others issue their rows in order. With a finite `limit` the run stops, not
-    complete, as soon as some device's remaining compute cannot end by it, plus its
-    `tail` (a time the run must go on after any of its actions). `release` (an action starts no earlier) and
-    `observed_end` (it ends then, or at its start if later) describe a measured
-    run; `known`, times placed before the loop starts (Known); `until`, a time the
-    loop pauses at (before any relaxed device decides at it or later).
+    complete, as soon as some device's remaining compute, plus its `tail` (a time
+    the run must go on after any of its actions), cannot end by it. `release` (an
+    action starts no earlier) and `observed_end` (it ends then, or at its start if
+    later) describe a measured run; `known`, times placed before the loop starts
+    (Known); `until`, a time the loop pauses at (before any relaxed device decides
+    at it or later).
     Long: one loop keeps the lanes' rules and both choosers side by side, inline
     (the simulator and the cap search spend their time here)."""
     relaxed = relaxed or {}
