@@ -141,6 +141,7 @@ WEIGHTS = {
     "tests/obscura_jax/test_backward_split.py": 13,
     "tests/scripts/test_bench_multi_gpu.py": 13,
     "tests/obscura_jax/test_plan_run.py": 13,
+    "tests/schedules/generators/test_obscura_goldens.py": 12,   # one worker, 2026-12-05
     "tests/obscura_jax/test_reference.py": 10,
     "tests/examples/test_custom_schedule.py": 10,
     "tests/examples/test_policy_experiment.py": 9,
