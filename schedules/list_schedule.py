@@ -130,6 +130,8 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         compute_end, ptr, placed = [0.0] * n, [0] * n, 0
         left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
     else:
+        if run.pair or timed:
+            raise ValueError("list_schedule: known times are for compute-only runs without pairs or measured times")
         start, end, order, compute_end, left, ptr, placed = _from_known(run, known, state)
     at = now = 0.0 if known is None else known.at
     events = [(at if at > compute_end[d] else compute_end[d], d, d) for d in sorted(relaxed) if state[d] is not None]
