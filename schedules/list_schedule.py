@@ -22,6 +22,14 @@ placed, host links one copy at a time; with `row_rules` a swap also waits for th
 compute op placed before it (an SI for the SO placed before it too). It ends
 `dur` later, or, for a measured run, when the engine saw it ready.
 
+A run may start from `Known` times (an earlier run it matches up to a point: the
+relaxations' cap search, generators/relaxation.py): those actions are placed as
+given and the loop goes on from there, and may pause at a time (`until`). With a
+finite `limit`, a device's check adds `tail`, a time the run must go on after any
+of its actions ends (generators/relaxation.py's finish_tails: the least, over its
+actions, of the longest chain of dependents after one), so a trial that cannot
+meet the limit stops as soon as one device has lost more than its slack.
+
 An in-order device's times are longest paths, whatever order the loop visits it in,
 so such devices place every action whose inputs are known at once. A relaxed
 device decides at a time: events (its own end, an input placed, the soonest time a
@@ -33,8 +41,10 @@ order.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -67,6 +77,19 @@ class Relaxed:
     fits: frozenset = frozenset()
 
 
+@dataclass(frozen=True)
+class Known:
+    """Times a run already has: per device, the first `count[d]` actions of `order[d]`
+    at `start`/`end` (lists indexed by action; other entries are not read), e.g. an
+    earlier run's, which this one matches before time `at`; the loop places the
+    rest from `at` on. Compute actions only, no overlapped pairs, no measured times."""
+    start: Sequence[float]
+    end: Sequence[float | None]
+    order: Sequence[Sequence[int]]
+    count: Sequence[int]
+    at: float = 0.0
+
+
 @dataclass
 class Run:
     start: list[float]
@@ -75,51 +98,66 @@ class Run:
     complete: bool             # every action placed
     past_limit: bool = False   # stopped early: sure to end past the limit
     halves: dict[int, float] = field(default_factory=dict)   # an overlapped pair's first half: its own end
+    paused: bool = False       # stopped at `until`
+    stopped: float = math.inf  # paused or past the limit at this time: every action starting before it is placed
 
     def span(self, i: int) -> tuple[float, float]:
         """(start, end) of action i as it ran: an overlapped pair's first half ends
         where the second starts, though its output leaves at the unit's end."""
         return self.start[i], self.halves.get(i, self.end[i])
 
-    @property
+    @functools.cached_property
     def makespan(self) -> float:
+        if self.complete:
+            return max(self.end, default=0.0)
         return max((e for e in self.end if e is not None), default=0.0)
 
 
 def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit: float = math.inf,
                   row_rules: bool = True, release: Sequence[float] | None = None,
-                  observed_end: Sequence[float] | None = None) -> Run:
+                  observed_end: Sequence[float] | None = None, known: Known | None = None,
+                  tail: Sequence[float] | None = None, until: float = math.inf) -> Run:
     """Times for every action of `run`. Devices in `relaxed` choose (Relaxed);
     the others issue their rows in order. With a finite `limit` the run stops, not
-    complete, as soon as some device's remaining compute cannot end by it. `release`
-    (an action starts no earlier) and `observed_end` (it ends then, or at its start
-    if later) describe a measured run.
+    complete, as soon as some device's remaining compute, plus its `tail` (a time
+    the run must go on after any of its actions), cannot end by it. `release` (an
+    action starts no earlier) and `observed_end` (it ends then, or at its start if
+    later) describe a measured run; `known`, times placed before the loop starts
+    (Known); `until`, a time the loop pauses at (before any relaxed device decides
+    at it or later).
     Long: one loop keeps the lanes' rules and both choosers side by side, inline
     (the simulator and the cap search spend their time here)."""
     relaxed = relaxed or {}
     n, total = run.num_devices, len(run.actions)
     dur, deps, lane, woken, pair, kind, lag = run.dur, run.deps, run.lane, run.woken, run.pair, run.kind, run.lag
-    start: list[float] = [0.0] * total
-    end: list[float | None] = [None] * total
-    order: list[list[int]] = [[] for _ in range(n)]
-    compute_end, out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
+    out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n
     bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
     timed = release is not None or observed_end is not None
-    ptr = [0] * n
     halves: dict[int, float] = {}
     state = [_ChooserState(relaxed[d]) if d in relaxed else None for d in range(n)]
-    events = [(0.0, d, d) for d in sorted(relaxed)]
+    if known is None:
+        start: list[float] = [0.0] * total
+        end: list[float | None] = [None] * total
+        order: list[list[int]] = [[] for _ in range(n)]
+        compute_end, ptr, placed = [0.0] * n, [0] * n, 0
+        left = [sum(dur[i] for i in row if lane[i] == COMPUTE) for row in run.rows]
+    else:
+        if run.pair or timed:
+            raise ValueError("list_schedule: known times are for compute-only runs without pairs or measured times")
+        start, end, order, compute_end, left, ptr, placed = _from_known(run, known, state)
+    at = now = 0.0 if known is None else known.at
+    events = [(at if at > compute_end[d] else compute_end[d], d, d) for d in sorted(relaxed) if state[d] is not None]
+    heapq.heapify(events)
     seq = n
-    pending = [d for d in range(n) if d not in relaxed]
-    placed = 0
+    pending = [d for d in range(n) if state[d] is None]
+    tail = tail or [0.0] * n
     pop, push = heapq.heappop, heapq.heappush
     while pending or events:
         if pending:     # an in-order device: place every head whose inputs are known
             d = pending.pop()
             row = run.rows[d]
-            if compute_end[d] + left[d] > bound:
-                return Run(start, end, order, False, True, halves)
+            if ptr[d] < len(row) and compute_end[d] + left[d] + tail[d] > bound:   # one with work left
+                return Run(start, end, order, False, True, halves, False, now)
             while ptr[d] < len(row):
                 i = row[ptr[d]]
                 if i in pair:
@@ -169,11 +207,14 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                         pending.append(other)
             continue
         t, _, d = pop(events)     # a relaxed device at time t
+        now = t
+        if t >= until:
+            return Run(start, end, order, False, False, halves, True, t)
         free = compute_end[d]
         if t < free:
             continue
-        if t + left[d] > bound:
-            return Run(start, end, order, False, True, halves)
+        if t + left[d] + tail[d] > bound:
+            return Run(start, end, order, False, True, halves, False, t)
         ch = state[d]
         chosen = slot = None
         soonest = math.inf
@@ -275,6 +316,47 @@ def _choose_fitting(ch, t, kind, deps, end, lag, dur):
     return None, None, None, soonest
 
 
+def _from_known(run: Priced, known: Known, state: list) -> tuple:
+    """The loop's state with `known`'s actions placed: a device whose order is all
+    known is done (no chooser, its row issued); another resumes after its prefix.
+    Copies whichever side is smaller: the known actions, or the rest blanked."""
+    dur, total, n = run.dur, len(run.actions), run.num_devices
+    prefixes = [o if c == len(o) else o[:c] for o, c in zip(known.order, known.count)]
+    placed = sum(map(len, prefixes))
+    if 2 * placed < total:
+        start, end = [0.0] * total, [None] * total
+        for prefix in prefixes:
+            for i in prefix:
+                start[i], end[i] = known.start[i], known.end[i]
+    else:
+        start, end = list(known.start), list(known.end)
+    order, compute_end, left, ptr = [], [0.0] * n, [0.0] * n, [0] * n
+    for d, row in enumerate(run.rows):
+        prefix = prefixes[d]
+        if prefix:
+            compute_end[d] = end[prefix[-1]]
+        if len(prefix) == len(row):
+            order.append(known.order[d])
+            ptr[d], state[d] = len(row), None
+            continue
+        order.append(list(prefix))
+        left[d] = sum(map(dur.__getitem__, row)) - sum(map(dur.__getitem__, prefix))
+        if state[d] is None:
+            ptr[d] = len(prefix)      # an in-order device's order is its row
+            rest = (row[len(prefix):],)
+        else:
+            state[d].resume(prefix, run.kind)
+            rest = state[d].rest()
+        if 2 * placed >= total:       # the arrays were copied whole: blank what is left to place
+            for ids in rest:
+                if ids and ids[-1] - ids[0] == len(ids) - 1:     # a run of indices (a row's, a stage's F or B)
+                    end[ids[0]:ids[-1] + 1] = [None] * len(ids)
+                else:
+                    for i in ids:
+                        end[i] = None
+    return start, end, order, compute_end, left, ptr, placed
+
+
 def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
                  observed_end) -> tuple[float, float]:
     """(start, end) of an action on a host link, or of any action of a measured run,
@@ -335,15 +417,38 @@ class _ChooserState:
         self.backwards = 0       # B and I placed
         self.last = 0            # alternate: the queue placed from last (the first, before any)
         self._turn = self.heads
+        k = len(self.queues)       # alternate: the queues in turn after each one
+        self._after = [[(last + 1 + j) % k for j in range(k)] for last in range(k)]
 
     def candidates(self) -> list[tuple[int, int]]:
         """(action index, queue) of every head, most preferred first."""
         if not self.alternate:
             return self.heads
-        k, q, pos = len(self.queues), self.queues, self.pos
-        turn = [(self.last + 1 + j) % k for j in range(k)]
-        self._turn = [(q[j][pos[j]], j) for j in turn if pos[j] < len(q[j])]
+        q, pos = self.queues, self.pos
+        self._turn = [(q[j][pos[j]], j) for j in self._after[self.last] if pos[j] < len(q[j])]
         return self._turn
+
+    def resume(self, prefix: Sequence[int], kind: Sequence[Kind]) -> None:
+        """The state after placing `prefix` (a known start: each queue's first
+        actions, in the queues' orders)."""
+        if not prefix:
+            return
+        seen = set(prefix)
+        for j, q in enumerate(self.queues):     # a queue's first pos[j] actions are placed
+            self.pos[j] = bisect.bisect_left(range(len(q)), True, key=lambda k: q[k] not in seen)
+            if self.pos[j] and q[self.pos[j] - 1] == prefix[-1]:
+                self.last = j
+        kinds = Counter(map(kind.__getitem__, prefix))
+        self.backwards = len(prefix) - kinds[_F] - kinds[_W]
+        if self.sizes is not None:
+            self.held = sum(self.sizes[i][1] for i in prefix)
+        else:
+            self.held = kinds[_F] - kinds[_W] - kinds[_B]   # a B here is a full one (its block has no W)
+        self.heads = sorted((q[self.pos[j]], j) for j, q in enumerate(self.queues) if self.pos[j] < len(q))
+
+    def rest(self) -> list[tuple[int, ...]]:
+        """Each queue's actions not placed yet."""
+        return [q[self.pos[j]:] for j, q in enumerate(self.queues)]
 
     def take(self, slot: int, index: int, kind: Kind) -> None:
         """Place the head at `slot` of the last candidates() (action `index`)."""

@@ -37,6 +37,7 @@ under a memory limit (generators/zero_bubble_auto.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple, Sequence
 
 from schedules.actions import KINDS, effective_kind, split_blocks
@@ -85,7 +86,8 @@ def device_memory(ops, memory, all_starts, num_stages: int) -> MemoryProfile:
 
 def order_memory(row: Sequence[Action], memory) -> MemoryProfile:
     """The fold over one row's order (no inbox): its i-th action starts at 2i, ends at 2i + 1."""
-    ops = [OrderOp(2 * i, 2 * i + 1, a[0], a[1], a[2]) for i, a in enumerate(row)]
+    make = tuple.__new__     # OrderOp's fields in order, without its keyword handling (a search folds often)
+    ops = [make(OrderOp, (2 * i, 2 * i + 1, a[0], a[1], a[2], None)) for i, a in enumerate(row)]
     return device_memory(ops, memory, {}, 0)
 
 
@@ -120,14 +122,17 @@ def _block_events(ops, memory):
     """Every op's memory effects (the table's column), sorted by time, frees first."""
     has_w = split_blocks((o.stage, o.kind, o.microbatch) for o in ops)
     events = []  # (time, order, what, op): order 0 = free first at equal times
+    effects: dict[tuple, list] = {}    # (kind, split, stage) -> (at start, order, what) of each effect
     for o in ops:
-        rule = KINDS[effective_kind(o.kind, (o.stage, o.microbatch) in has_w)]
-        st = memory[o.stage]
-        for at, effect in rule.memory:
-            found = _event(effect, st, o)
-            if found is not None:
-                events.append((o.start if at == "start" else o.end, found[0], found[1], o))
-    events.sort(key=lambda e: (e[0], e[1]))
+        key = (o.kind, (o.stage, o.microbatch) in has_w, o.stage)
+        found = effects.get(key)
+        if found is None:
+            st = memory[o.stage]
+            found = effects[key] = [(at == "start", *e) for at, effect in KINDS[effective_kind(*key[:2])].memory
+                                    if (e := _event(effect, st, o)) is not None]
+        for at_start, order, what in found:
+            events.append((o.start if at_start else o.end, order, what, o))
+    events.sort(key=itemgetter(0, 1))
     return events, has_w
 
 
@@ -212,12 +217,16 @@ def _levels(events, memory):
     peak, peak_n = 0.0, 0
     scale = max([1.0] + [memory[s].kept for s in {o.stage for *_, o in events}])
     mem: list[tuple[float, float]] = [(0.0, 0.0)]
+    tiny = 1e-6 * scale
     for t, _, what, o in events:
         state.apply(what, o)
         total = state.total
-        total = state.total = max(total, 0.0) if abs(total) < 1e-6 * scale else total
-        peak = max(peak, total)
-        peak_n = max(peak_n, state.inflight)
+        if -tiny < total < tiny:
+            total = state.total = max(total, 0.0)
+        if total > peak:      # max(), inline: the fold runs in the cap search's loop
+            peak = total
+        if state.inflight > peak_n:
+            peak_n = state.inflight
         if mem and mem[-1][0] == t:
             mem[-1] = (t, total)
         else:
@@ -229,7 +238,7 @@ def fold_levels(events) -> tuple[float, float]:
     """(final level, peak) of (time, order, delta) events, sorted by time, frees
     (order 0) first, then as listed: the sum every figure above ends in."""
     level = peak = 0.0
-    for _, _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+    for _, _, delta in sorted(events, key=itemgetter(0, 1)):
         level += delta
         peak = max(peak, level)
     return level, peak
@@ -244,6 +253,8 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
     for t, total in steps:
         events.append((t, 0 if total < prev else 1, total - prev))
         prev = total
+    if not all_starts and num_stages <= 1:    # an order's fold (order_memory): no inbox to add
+        return fold_levels(events)[1]
     start = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
     w_end = {(o.stage, o.microbatch): o.end for o in ops if o.kind == Kind.W}
     for s in sorted({o.stage for o in ops}):

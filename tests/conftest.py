@@ -143,6 +143,7 @@ WEIGHTS = {
     "tests/obscura_jax/runtime/test_backward_split.py": 13,
     "tests/tooling/test_bench_multi_gpu.py": 13,
     "tests/obscura_jax/run/test_plan_run.py": 13,
+    "tests/schedules/generators/test_obscura_goldens.py": 12,   # one worker, 2026-12-05
     "tests/obscura_jax/test_api_offload.py": 12,                    # estimated (alone: 24 s wall, 10 CPU-s)
     "tests/obscura_jax/run/test_reference.py": 10,
     "tests/examples/test_custom_schedule.py": 10,

@@ -13,7 +13,8 @@ move left into its bubble. The simulator, which runs the same loop with every ro
 in order, gives the relaxed rows the relaxation's own makespan.
 
 `DeviceRelaxation(base, costs)` prices the base once and relaxes under any caps:
-the cap search (generators/caps.py) runs it dozens of times per schedule.
+the cap search (generators/caps.py) runs it dozens of times per schedule, each
+trial from the last run that met its target (generators/relaxation.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Mapping
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule
+from schedules.generators.relaxation import CappedRun
 from schedules.list_schedule import Relaxed, list_schedule
 from schedules.simulator import price_schedule
 
@@ -47,6 +49,7 @@ class DeviceRelaxation:
                 key = "F" if merge_forwards and a.kind is Kind.F else (a.stage, _QUEUE[a.kind])
                 by_queue.setdefault(key, []).append(i)
             self.queues.append(tuple(tuple(q) for q in by_queue.values()))
+        self.relax = CappedRun(self.run, dict(enumerate(self.queues)), alternate=False)
 
     def __call__(self, caps: dict[int, float], limit: float = math.inf,
                  sizes: Mapping[Action, tuple[float, float]] | None = None, fits: frozenset = frozenset()
@@ -56,11 +59,17 @@ class DeviceRelaxation:
         (a device's remaining work cannot end by then). `sizes` (every action of
         the capped devices -> (rise, net)) counts the caps in those units (e.g.
         bytes) instead of blocks; `fits`: kinds that start only in a gap they fit
-        (both: schedules.list_schedule.Relaxed)."""
+        (both: schedules.list_schedule.Relaxed). Block caps start from a remembered
+        run (CappedRun); byte caps run whole."""
+        if sizes is None and not fits:
+            done = self.relax.timed(caps, limit)
+            if not done.complete:
+                return None
+            return self.relax.rows(done), done.makespan
         acts = self.run.actions
-        by_index = None if sizes is None else {i: sizes[a] for i, a in enumerate(acts) if a in sizes}
+        by_index = {i: sizes[a] for i, a in enumerate(acts) if a in sizes} if sizes is not None else None
         done = list_schedule(self.run, {d: Relaxed(self.queues[d], cap, sizes=by_index, fits=fits)
-                                        for d, cap in caps.items()}, limit)
+                                        for d, cap in caps.items()}, limit, tail=self.relax.tail)
         if not done.complete:
             return None
         return [[acts[i] for i in ids] for ids in done.order], done.makespan

@@ -51,7 +51,7 @@ from schedules.errors import ScheduleError
 from schedules.generators.common import (assemble, check_recompute, check_sizes, check_warmup, one_f_one_b_row,
                                           resolve_adjusted)
 from schedules.generators.caps import bisect_caps
-from schedules.generators.relax import relaxed_rows
+from schedules.generators.relax import StageRelaxation, relaxed_rows
 from schedules.generators.strawman import strawman_warmup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks, swap_intent
 from schedules.ir import Schedule
@@ -77,15 +77,14 @@ def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: Stag
     p, m = num_stages, num_microbatches
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adjusted}
     straw = strawman_warmup(p, m, adjusted)
-    _, t_straw = relaxed_rows(p, m, {s: one_f_one_b_row(s, m, straw[s]) for s in range(p)}, {}, costs, adjusted,
-                              swapping=swapping)
     caps = {s: straw[s] for s in adjusted}
-    found = relaxed_rows(p, m, fixed, caps, costs, adjusted, swapping=swapping)
+    relax = StageRelaxation(p, m, fixed, caps, costs, adjusted, swapping)
+    t_straw = relax.in_order([one_f_one_b_row(s, m, straw[s]) for s in range(p)])
+    found = relax(caps)
     if found[1] > t_straw * (1 + _TOL):
         return None, t_straw, None
     low = min_caps(p, m, adjusted, [min(p - s, m) for s in range(p)])
-    caps, (rows, t) = bisect_caps(lambda c, limit: relaxed_rows(p, m, fixed, c, costs, adjusted, limit, swapping),
-                                  caps, low, found, found[1] * (1 + _TOL))
+    caps, (rows, t) = bisect_caps(relax, caps, low, found, found[1] * (1 + _TOL))
     return caps, t, rows
 
 

@@ -6,7 +6,9 @@ relaxed stage alternates forward and backward and swaps the two when the preferr
 one is late. (device_relax.py relaxes any schedule, chunks and split backwards: a
 relaxed device runs the first action of its given row whose inputs are there.)
 Both are the one list scheduler (schedules.list_schedule) with a chooser of their
-own, over the per-kind table (schedules.actions).
+own, over the per-kind table (schedules.actions). `StageRelaxation` is relaxed_rows
+priced once for the cap search, whose trials start from the last run that met the
+target (generators/relaxation.py).
 
 relaxed_rows:
 
@@ -26,13 +28,65 @@ searches.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 from schedules.actions import StagePrice, boundary_lags, priced
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind
-from schedules.list_schedule import Relaxed, list_schedule
+from schedules.generators.relaxation import CappedRun
+from schedules.list_schedule import list_schedule
+
+
+class StageRelaxation:
+    """relaxed_rows for one set of fixed orders, costs and swapping stages, priced
+    once: call it with caps (the cap search does, dozens of times; its trials start
+    from the last run that met the target: generators/relaxation.py)."""
+
+    def __init__(self, num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]], caps_of,
+                 costs: StageCosts, adjusted, swapping: Sequence[int] = ()) -> None:
+        p, m = num_stages, num_microbatches
+        if set(fixed) | set(caps_of) != set(range(p)) or set(fixed) & set(caps_of):
+            raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
+        if any(a.kind not in (Kind.F, Kind.B) for row in fixed.values() for a in row):
+            raise ScheduleError("relaxed_rows: fixed orders may hold only F and B actions")
+        adjusted, swaps = set(adjusted), set(swapping)
+        rows = [list(fixed[s]) if s in fixed else
+                [Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)] for s in range(p)]
+        run = priced(rows, p, range(p), [StagePrice(costs, s, s in adjusted, 0.0) for s in range(p)],
+                     boundary_lags(costs, [s in swaps for s in range(p)]))
+        self.p, self.m = p, m
+        self.capped = frozenset(caps_of)
+        self.relax = CappedRun(run, {s: (tuple(run.rows[s][:m]), tuple(run.rows[s][m:])) for s in caps_of},
+                               alternate=True)
+
+    def __call__(self, caps: dict[int, int], limit: float = math.inf) -> tuple[list[list[Action]], float]:
+        if set(caps) != self.capped:
+            raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
+        done = self.relax.timed(caps, limit)
+        out = self.relax.rows(done)
+        if done.past_limit or (not done.complete and math.isfinite(limit)):   # a deadlock cannot meet it either
+            return out, math.inf
+        if not done.complete:
+            raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * self.m * self.p} actions "
+                                "(the fixed orders deadlock)")
+        return out, done.makespan
+
+    def in_order(self, rows: Sequence[Sequence[Action]]) -> float:
+        """relaxed_rows(p, m, rows, {}, ...)'s makespan: every stage issuing the given
+        order of its F and B (the same actions, so the same table and loop)."""
+        run = self.relax.run
+        index = {a: i for i, a in enumerate(run.actions)}
+        ids = tuple(tuple(index[a] for a in row) for row in rows)
+        if sorted(i for row in ids for i in row) != list(range(len(run.actions))) or \
+                any(run.device_of[i] != d for d, row in enumerate(ids) for i in row):
+            raise ScheduleError("relaxed_rows: every stage's order must hold its F and B of every micro-batch")
+        done = list_schedule(replace(run, rows=ids))
+        if not done.complete:
+            raise ScheduleError(f"relaxed_rows: placed {sum(map(len, done.order))} of {2 * self.m * self.p} "
+                                "actions (the fixed orders deadlock)")
+        return done.makespan
 
 
 def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[Action]],
@@ -44,23 +98,5 @@ def relaxed_rows(num_stages: int, num_microbatches: int, fixed: dict[int, list[A
     in `swapping` keeps 1 - link_sharing of its bandwidth), which the simulator
     gives the same rows with those settings. With a finite `limit` it stops as
     soon as the makespan is sure to exceed it (a stage's remaining work cannot end
-    by then) and returns makespan inf."""
-    p, m = num_stages, num_microbatches
-    if set(fixed) | set(caps) != set(range(p)) or set(fixed) & set(caps):
-        raise ScheduleError("relaxed_rows: every stage needs exactly one of a fixed order or a cap")
-    if any(a.kind not in (Kind.F, Kind.B) for row in fixed.values() for a in row):
-        raise ScheduleError("relaxed_rows: fixed orders may hold only F and B actions")
-    adjusted, swaps = set(adjusted), set(swapping)
-    rows = [list(fixed[s]) if s in fixed else
-            [Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)] for s in range(p)]
-    run = priced(rows, p, range(p), [StagePrice(costs, s, s in adjusted, 0.0) for s in range(p)],
-                 boundary_lags(costs, [s in swaps for s in range(p)]))
-    relaxed = {s: Relaxed((tuple(run.rows[s][:m]), tuple(run.rows[s][m:])), caps[s], alternate=True) for s in caps}
-    done = list_schedule(run, relaxed, limit)
-    out = [[run.actions[i] for i in ids] for ids in done.order]
-    if done.past_limit:
-        return out, math.inf
-    if not done.complete:
-        raise ScheduleError(f"relaxed_rows: placed {sum(map(len, out))} of {2 * m * p} actions "
-                            "(the fixed orders deadlock)")
-    return out, done.makespan
+    by then), or deadlocks, and returns makespan inf."""
+    return StageRelaxation(num_stages, num_microbatches, fixed, caps, costs, adjusted, swapping)(caps, limit)
