@@ -87,10 +87,11 @@ def weight_grad_bytes(cfg: ModelConfig, kind: str, seq_len: int, micro_batch: in
     """What a unit's W holds from its I at least (the engine's split backward holds
     exactly this, obscura_jax/runtime/backward_split.py): each weight matmul's output
     cotangent and each distinct input (q, k and v share one; gate and up one), in the
-    compute dtype. The embedding's W reads its token ids and output cotangent."""
+    compute dtype. The embedding's gradient (a scatter-add of its output's cotangent)
+    is finished in I: its W holds nothing."""
     tokens, c = seq_len * micro_batch, cfg.compute_bytes
     if kind == "embed":
-        return tokens * 4 + tokens * _width(cfg, "embed") * c
+        return 0
     outs, ins = _weight_matmuls(cfg, kind)
     return tokens * c * sum(_width(cfg, op) for op in outs + sorted(ins))
 

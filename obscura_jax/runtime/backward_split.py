@@ -48,8 +48,10 @@ This is the graph cut torch.distributed.pipelining makes on autograd graphs
 equations inlined (obscura_jax.runtime.flat_jaxpr); each half is evaluated equation
 by equation under `jit`. Control flow (scan, cond, while) stays whole: an equation
 that feeds both dx and dparams lands in I, and W then holds its weight-gradient
-outputs. With no dx (a stage that takes tokens) nothing waits for I, and W does the
-whole backward from the residuals.
+outputs. With no dx (a stage that takes tokens) nothing waits for I, but the cut is
+the same: I runs the cotangent chain, W the weight contractions, and W holds no more
+than on any other stage (the embedding's gradient, a scatter of the cotangent into
+the table, is finished in I).
 """
 from __future__ import annotations
 
@@ -152,27 +154,30 @@ def split_backward(backward: Callable, arg_specs: list, num_dparams: int,
     dparams, dx, res = jaxpr.outvars[:num_dparams], jaxpr.outvars[num_dparams:n_out], jaxpr.outvars[n_out:]
     stop = frozenset(v for v in res if not isinstance(v, Literal))
     w_need = g.upstream(dparams, stop)
-    at_once = set(at_once) if dx else set()
+    at_once = set(at_once)
     w_out = [dparams[k] for k in range(num_dparams) if k not in at_once]
-    if not dx:
-        in_w = set(w_need)
-    else:
+    # with no dx (a stage that takes tokens) I still runs the cotangent chain the weight
+    # contractions read, so W holds what it does on every other stage
+    on_cotangents = g.reading([jaxpr.invars[k] for k in cotangent_args])
+    if dx:
         i_need = g.upstream(dx, stop)
-        once = g.upstream([dparams[k] for k in at_once], stop)
-        on_cotangents = g.reading([jaxpr.invars[k] for k in cotangent_args])
-        forced = i_need | once | (w_need - on_cotangents)      # closed upstream: W never feeds I
-        weight_ops = {i for i in w_need - forced if _is_weight_contraction(g.eqns[i])}
-        in_w = weight_ops | g.downstream(weight_ops, w_need - forced)
-        free = frozenset(jaxpr.invars[:num_dparams]) | frozenset(jaxpr.constvars)
-        in_w = _sink(g, w_need - i_need - once - in_w, in_w, w_out, free, i_need | w_need)
-        made_by_w = {v for i in in_w for v in g.eqns[i].outvars}
-        at_once |= {k for k, v in enumerate(dparams) if v not in made_by_w}   # I adds what it finished
-        w_out = [dparams[k] for k in range(num_dparams) if k not in at_once]
-        if rederive:
-            derived = {v for i in on_cotangents for v in g.eqns[i].outvars}
-            derived.update(jaxpr.invars[k] for k in cotangent_args)
-            sources = (set(jaxpr.invars) | set(jaxpr.constvars) | (marked_inputs(jaxpr) & stop)) - derived
-            in_w = _rederive(g, in_w, w_out, sources, derived)
+    else:       # tokens in: the embedding's gradient (a scatter-add of its output's cotangent) plays dx
+        scatters = [i for i in sorted(w_need & on_cotangents) if g.eqns[i].primitive.name == "scatter-add"]
+        i_need = g.upstream([v for i in scatters for v in g.eqns[i].outvars], stop)
+    once = g.upstream([dparams[k] for k in at_once], stop)
+    forced = i_need | once | (w_need - on_cotangents)      # closed upstream: W never feeds I
+    weight_ops = {i for i in w_need - forced if _is_weight_contraction(g.eqns[i])}
+    in_w = weight_ops | g.downstream(weight_ops, w_need - forced)
+    free = frozenset(jaxpr.invars[:num_dparams]) | frozenset(jaxpr.constvars)
+    in_w = _sink(g, w_need - i_need - once - in_w, in_w, w_out, free, i_need | w_need)
+    made_by_w = {v for i in in_w for v in g.eqns[i].outvars}
+    at_once |= {k for k, v in enumerate(dparams) if v not in made_by_w}   # I adds what it finished
+    w_out = [dparams[k] for k in range(num_dparams) if k not in at_once]
+    if rederive:
+        derived = {v for i in on_cotangents for v in g.eqns[i].outvars}
+        derived.update(jaxpr.invars[k] for k in cotangent_args)
+        sources = (set(jaxpr.invars) | set(jaxpr.constvars) | (marked_inputs(jaxpr) & stop)) - derived
+        in_w = _rederive(g, in_w, w_out, sources, derived)
     return _finish(flat, g, num_dparams, dx, res, stop, in_w, w_out, tuple(sorted(at_once)))
 
 
@@ -190,7 +195,7 @@ def _finish(flat, g: Graph, num_dparams: int, dx, res, stop, in_w, w_out, at_onc
             w_args.add(invar_at[v])
         elif v not in jaxpr.constvars:
             held.append(v)
-    in_i = g.upstream(list(dx) + held + [jaxpr.outvars[k] for k in at_once], stop) if dx else set()
+    in_i = g.upstream(list(dx) + held + [jaxpr.outvars[k] for k in at_once], stop)
     missing = set(held) - {v for i in in_i for v in g.eqns[i].outvars}
     if missing:
         raise AssertionError(f"W reads {sorted(map(str, missing))}, which neither I nor the inputs provide")
@@ -219,7 +224,8 @@ def _sink(g: Graph, candidates, in_w: set, w_out, free, live) -> set:
         eqn = g.eqns[i]
         if not set().union(*(g.consumers[v] for v in eqn.outvars)) & live <= in_w:
             continue
-        gained = sum(nbytes(v) for v in set(eqn.invars) if v not in reads and v not in free)
+        gained = sum(nbytes(v) for v in {v for v in eqn.invars if not isinstance(v, Literal)}
+                     if v not in reads and v not in free)
         # a weight gradient I finishes costs W nothing: I adds it to the accumulator
         freed = sum(nbytes(v) for v in eqn.outvars if v in reads and v not in outs)
         if gained <= freed:
