@@ -41,4 +41,4 @@ def test_schedule_json_and_torch_csv_read_back(capsys, tmp_path, monkeypatch):
     rc, again, err = run(capsys, ["simulate", "--from-schedule", "s.json"])
     assert rc == 0 and again.splitlines()[:6] == table, err
     rc, out, err = run(capsys, ["simulate", "--from-torch-csv", "t.csv"])
-    assert rc == 0 and out.startswith("t: 4 stages, 8 micro-batches") and err == "", out + err
+    assert rc == 0 and out.startswith("t: 4 devices, 4 model stages (1 per device), 8 micro-batches") and err == "", out + err
