@@ -166,8 +166,13 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
             "--seq-len", str(seq_len), "--steps", str(steps), "--warmup-steps", "2", "--no-progress"]
     swap = ["--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "2", "--swap-fraction", "0.5"]
+    # the head's W at once: its deferred W's pile up on the stage that holds the head
+    # (p - 1 of them under ZB-H1), which then holds the largest peak; at once it costs one
+    # head W per micro-batch on that stage's I
+    at_once = ["--head-weight-grad", "at-once"]
     runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"],
-            "zb_v": base + ["--schedule", "zb-v"]}
+            "zb_h1_head_at_once": base + ["--schedule", "zb-h1"] + at_once,
+            "zb_v": base + ["--schedule", "zb-v"], "zb_v_head_at_once": base + ["--schedule", "zb-v"] + at_once}
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
@@ -244,8 +249,13 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
                "device_peak_bytes": max((st["device_peak_bytes"] or 0) for st in res["stages"]) or None,
                "stages": [{k: st.get(k) for k in ("units", "pipeline_device", "policy", "param_bytes", "weight_bytes",
                                                  "residual_bytes_per_microbatch", "accounted_peak_bytes",
-                                                 "simulated_peak_bytes", "peak_activation_bytes")}
+                                                 "simulated_peak_bytes", "peak_activation_bytes",
+                                                 "temp_bytes")}
                           for st in res["stages"]],
+               # per pipeline device, the measured timeline's activation fold (a V-shaped run's
+               # stages on one device peak at different times)
+               "device_activation_peak_bytes": [lane["peak_activation_bytes"] for lane in res["timeline"]["stages"]]
+               if res.get("timeline") else None,
                "simulated_peak_sum": sum(st.get("simulated_peak_bytes") or 0 for st in res["stages"]),
                "accounted_peak_sum": sum(st["accounted_peak_bytes"] for st in res["stages"]),
                "memory": memory_row(res)}
@@ -267,18 +277,21 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
     return summary
 
 
-def largest_peak(stages: list[dict]) -> tuple[float, str]:
-    """(bytes, 'stage' or 'device') of a run's largest accounted peak (weights + the
-    ledger's activations and inbox + XLA scratch, the run's own count): per stage when
-    each device runs one, else per pipeline device as the sum of its stages' peaks
-    (at most that: the stages' peaks need not coincide)."""
-    by_device: dict[int, float] = {}
-    for st in stages:
-        d = st.get("pipeline_device", 0)
-        by_device[d] = by_device.get(d, 0.0) + st["accounted_peak_bytes"]
-    if len(by_device) == len(stages):
+def largest_peak(res: dict) -> tuple[float, str]:
+    """(bytes, what was compared) of a summary row's largest accounted peak (weights +
+    the ledger's activations and inbox + XLA scratch, the run's own count), per stage
+    when each device runs one; per pipeline device when a device runs several (a
+    V-shaped run): its stages' weights + the measured timeline's activation peak of
+    that device (its stages' ledgers peak at different times) + the largest scratch."""
+    stages = res["stages"]
+    where = [st.get("pipeline_device", 0) for st in stages]
+    if len(set(where)) == len(stages):
         return max(st["accounted_peak_bytes"] for st in stages), "stage"
-    return max(by_device.values()), "device (its stages' peaks summed)"
+    per_device = []
+    for d, activations in enumerate(res["device_activation_peak_bytes"]):
+        mine = [st for st, w in zip(stages, where) if w == d]
+        per_device.append(sum(st["weight_bytes"] for st in mine) + activations + max(st["temp_bytes"] for st in mine))
+    return max(per_device), "device (weights of its stages + its measured activation peak + scratch)"
 
 
 def zero_bubble_rows(runs: dict) -> dict:
@@ -287,13 +300,13 @@ def zero_bubble_rows(runs: dict) -> dict:
     base = runs.get("1f1b")
     if not base or not base.get("stages"):
         return {}
-    base_peak, _ = largest_peak(base["stages"])
+    base_peak, _ = largest_peak(base)
     out = {}
-    for label in ("zb_h1", "zb_v"):
+    for label in ("zb_h1", "zb_h1_head_at_once", "zb_v", "zb_v_head_at_once"):
         row = runs.get(label)
         if not row or not row.get("stages"):
             continue
-        peak, per = largest_peak(row["stages"])
+        peak, per = largest_peak(row)
         out[label] = {"peak_bytes": peak, "base_peak_bytes": base_peak, "peak_ratio": peak / base_peak, "per": per,
                       "time_ratio": row["iteration_time"] / base["iteration_time"]}
     return out
@@ -323,13 +336,16 @@ def pipeline_breakdown(res: dict) -> dict | None:
         return None
     took = {"F": 0.0, "B": 0.0}
     alone = {"F": 0.0, "B": 0.0}
-    for s, st in enumerate(tl["stages"]):
-        rec = c["recompute"][s] if res["stages"][s]["adjusted"] else 0.0
-        ig, wg = c.get("input_grad"), c.get("weight_grad")
-        standalone = {"F": c["fwd"][s], "B": c["bwd"][s] + rec,
-                      "I": (ig[s] if ig else c["bwd"][s]) + rec, "W": wg[s] if wg else 0.0}
-        for op in st["ops"]:
-            kind = Action.parse(op["action"], s).kind.value
+    ig, wg = c.get("input_grad"), c.get("weight_grad")
+    for d, lane in enumerate(tl["stages"]):
+        for op in lane["ops"]:
+            # a chunked (V-shaped) run lists device lanes whose actions name their model stage
+            a = Action.parse(op["action"], None if op["action"][0].isdigit() else d)
+            s = a.stage
+            rec = c["recompute"][s] if res["stages"][s]["adjusted"] else 0.0
+            standalone = {"F": c["fwd"][s], "B": c["bwd"][s] + rec,
+                          "I": (ig[s] if ig else c["bwd"][s]) + rec, "W": wg[s] if wg else 0.0}
+            kind = a.kind.value
             if kind in standalone:
                 bucket = "F" if kind == "F" else "B"
                 took[bucket] += op["end"] - op["start"]

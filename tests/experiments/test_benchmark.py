@@ -99,10 +99,14 @@ def test_zero_bubble_rows_compare_largest_peaks_per_stage_or_device():
     runs = {"1f1b": {"iteration_time": 1.0, "stages": one},
             "zb_h1": {"iteration_time": 1.01, "stages": [{**st, "accounted_peak_bytes": 41.0 - 10 * i}
                                                        for i, st in enumerate(one)]},
-            "zb_v": {"iteration_time": 0.9, "stages": [{"pipeline_device": d, "accounted_peak_bytes": 19.0}
-                                                      for d in (0, 1, 2, 3, 3, 2, 1, 0)]}}
+            # a V-shaped run: per device, its stages' weights + the device's measured
+            # activation peak (not the stages' peaks summed) + the larger scratch
+            "zb_v": {"iteration_time": 0.9,
+                     "stages": [{"pipeline_device": d, "accounted_peak_bytes": 19.0, "weight_bytes": 5.0,
+                                 "temp_bytes": 1.0 + (s == 7)} for s, d in enumerate((0, 1, 2, 3, 3, 2, 1, 0))],
+                     "device_activation_peak_bytes": [25.0, 20.0, 20.0, 20.0]}}
     z = zero_bubble_rows(runs)
     assert z["zb_h1"]["peak_ratio"] == pytest.approx(41 / 40) and z["zb_h1"]["per"] == "stage"
-    assert z["zb_v"]["peak_ratio"] == pytest.approx(38 / 40) and z["zb_v"]["per"].startswith("device")
+    assert z["zb_v"]["peak_ratio"] == pytest.approx((5 + 5 + 25 + 2) / 40) and z["zb_v"]["per"].startswith("device")
     assert z["zb_v"]["time_ratio"] == pytest.approx(0.9)
     assert zero_bubble_rows({"zb_h1": runs["zb_h1"]}) == {}
