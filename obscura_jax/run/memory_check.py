@@ -6,8 +6,10 @@ A device's estimate is the largest of the run's phases on it:
 
     steps        weights + activations + working + runtime
                  activations: the one memory fold (schedules.memory) over the run's
-                 issue order, each stage's held peak (residual blocks and inbox),
-                 summed over the stages the device runs; working: the largest of
+                 issue order, the held peak (residual blocks and inbox) of each
+                 pipeline device's stages folded together (a V schedule's chunks
+                 peak at different times), summed over the pipeline devices it
+                 runs (stages sharing one GPU); working: the largest of
                  their programs' scratch and uncounted outputs (one program is
                  dispatched at a time: XLA frees its scratch once it is enqueued)
     measurement  weights + what timing one stage's programs holds (the largest)
@@ -138,10 +140,13 @@ def device_name(device) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def held_peaks(schedule, order, stage_bytes: dict, boundary) -> dict[int, float]:
-    """Each stage's held peak (residual blocks and inbox) by the one memory fold over
-    the issue order (schedules.memory.order_memory's clock: the i-th action starts at
-    2i and ends at 2i + 1), the order the engine's ledger settles in."""
+def held_peaks(schedule, order, stage_bytes: dict, boundary) -> dict[tuple[int, ...], float]:
+    """The held peak (residual blocks and inbox) of each pipeline device's local stages,
+    keyed by those stages, by the one memory fold over the issue order
+    (schedules.memory.order_memory's clock: the i-th action starts at 2i and ends at
+    2i + 1), the order the engine's ledger settles in. The stages of one pipeline device
+    (a V schedule's two chunks) are folded together, as the planner's simulator folds
+    them: their peaks fall at different times."""
     p = schedule.num_stages
     got = lambda key, s, default=0.0: getattr(stage_bytes[s], key) if s in stage_bytes else default  # noqa: E731
     held = [got("weight_grad_held", s, None) for s in range(p)]
@@ -154,8 +159,11 @@ def held_peaks(schedule, order, stage_bytes: dict, boundary) -> dict[int, float]
     memory = stage_memory(schedule, costs)
     ops = [OrderOp(2 * i, 2 * i + 1, a.stage, a.kind, a.microbatch) for i, a in enumerate(order)]
     starts = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
-    return {s: device_memory([o for o in ops if o.stage == s], memory, starts, p).peak_held_bytes
-            for s in stage_bytes}
+    groups = {}
+    for s in sorted(stage_bytes):
+        groups.setdefault(schedule.stage_to_device[s], []).append(s)
+    return {tuple(mine): device_memory([o for o in ops if o.stage in mine], memory, starts, p).peak_held_bytes
+            for mine in groups.values()}
 
 
 def estimate(schedule, order, stage_bytes: dict, boundary, devices_of: dict, *, resume: bool = False,
@@ -173,7 +181,8 @@ def estimate(schedule, order, stage_bytes: dict, boundary, devices_of: dict, *, 
     for name, mine in by_device.items():
         rows = [stage_bytes[s] for s in mine]
         weights = sum(r.weights for r in rows)
-        phases = {"steps": [("weights", weights), ("activations", sum(held[s] for s in mine)),
+        activations = sum(v for group, v in held.items() if set(group) <= set(mine))
+        phases = {"steps": [("weights", weights), ("activations", activations),
                             ("working", max(r.working for r in rows)), ("runtime", sum(r.runtime for r in rows))],
                   "measurement": [("weights", weights), ("measurement", max(r.measure for r in rows))],
                   "update": [("weights", weights), ("update", max(r.update for r in rows))]}

@@ -85,6 +85,25 @@ def test_stages_sharing_a_device_sum_their_fold_peaks_and_the_check_names_the_la
     assert crowded.largest() == ("resident", 5000.0) and "arrays already on the device" in crowded.refusal()
 
 
+def test_a_v_schedules_chunks_on_one_device_are_folded_together_as_the_simulator_folds_them():
+    """ZB-V's two chunks on a device peak at different times: the device's activations
+    are the peak of their joint fold, not the sum of each chunk's peak."""
+    sched = schedules.generate("zb-v", 2, 4)
+    order = schedules.issue_order(sched)
+    rows = {s: _bytes(s, 1000.0) for s in range(4)}
+    boundary = [10, 10, 10, 0]
+    est = estimate(sched, order, rows, boundary, {s: [f"gpu:{sched.stage_to_device[s]}"] for s in range(4)})
+    below = 0
+    for e in est:
+        mine = [s for s in range(4) if f"gpu:{sched.stage_to_device[s]}" == e.device]
+        alone = [dict(estimate(sched, order, {s: rows[s]}, boundary, {s: [e.device]})[0].terms)["activations"]
+                 for s in mine]
+        joint = dict(e.terms)["activations"]
+        assert len(mine) == 2 and max(alone) <= joint <= sum(alone)
+        below += joint < sum(alone)
+    assert below        # the summed chunk peaks over-count some device
+
+
 def test_traced_residuals_are_the_compiled_programs():
     """The check's figures before compiling are the stage program's own (the same
     pullback leaves), for every unit kind and policy shape."""
