@@ -154,8 +154,9 @@ def settle(order: _Order, swap_blocks=None, beta: float = 0.0, limit: float | No
             r = rows[d]
             got = choose_device(r, [options[s] for s in r.stages], limit - weights[d] - margin[d],
                                 (lambda i, o, r=r: allowed(r.stages[i], o)) if allowed else None)
-            if got is None:
-                return None, lean_ev()
+            if got is None:     # by the order's fold; the simulator, the judge, may still fit the leanest
+                lean = lean_ev()
+                return (lean, None) if lean.fits else (None, lean)
             chosen[d] = got
         ev = evaluate(setting, placed, part, _sets(rows, chosen, len(part)), order.virtual_stages)
         redo = {d for d, pk in enumerate(ev.peaks) if pk > limit}

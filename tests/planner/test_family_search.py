@@ -53,3 +53,20 @@ def test_each_family_within_one_percent_of_the_exhaustive_search(name, p, squeez
     assert oracle is not None and any(oracle.config.recompute)     # the limit binds
     assert got is not None and got.evaluation.fits
     assert got.evaluation.makespan <= oracle.makespan * 1.01
+
+
+def test_a_leanest_plan_the_simulator_fits_is_found_where_the_orders_fold_says_none_does(monkeypatch):
+    """The fold over the order (what the sets are chosen by) can over-count a device;
+    the simulator is the judge: when no device choice fits by the fold, the leanest
+    sets are still evaluated and kept when they fit."""
+    import planner.family_search as fs
+    prof = synthetic_profile()
+    setting = Setting(prof, 8, float("inf"))
+    part = chunk_partition(prof, 4, 1)
+    order = order_of(setting, "zb-h1", 4, part, 1)
+    monkeypatch.setattr(fs, "choose_device", lambda *a, **k: None)
+    ev, lean = fs.settle(order)
+    assert lean is None and ev is not None and ev.fits
+    tight = Setting(prof, 8, 1.0)
+    ev, lean = fs.settle(order_of(tight, "zb-h1", 4, part, 1))
+    assert ev is None and lean is not None and not lean.fits
