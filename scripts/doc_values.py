@@ -56,20 +56,19 @@ def _layer_points() -> str:
     return span(diffs)
 
 
-def _zoo_best_other(model: str, gbs: int, winner: str) -> dict:
-    """The fastest fitting family other than `winner` (DAPPLE+ and the pick aside)."""
-    cands = [r for r in rows("results/figures/fig_zoo.csv", model=model, global_batch=gbs)
-             if r["fits"] == "True" and r["system"] not in (winner, "pick", "dapple_plus")]
-    return min(cands, key=lambda r: float(r["iteration_s"]))
+ZOO_MODELS = ("llama2-28b", "gpt3-28b")
 
 
-def _zoo_lead(gbs_set, winner: str) -> list[float]:
-    return [float(_zoo_best_other(m, b, winner)["iteration_s"]) / float(zoo(m, b, winner)["iteration_s"]) - 1
-            for m in ("llama2-28b", "gpt3-28b") for b in gbs_set]
+def _zoo(system: str, key: str, gbs_set=(16, 32, 64), fitting: bool = False) -> list[float]:
+    """`key` of `system` in every fig_zoo case (`fitting`: only where it fits)."""
+    got = [zoo(m, b, system) for m in ZOO_MODELS for b in gbs_set]
+    return [float(r[key]) for r in got if r["fits"] == "True" or not fitting]
 
 
-def _zoo(system: str, key: str, gbs_set=(16, 32, 64)) -> list[float]:
-    return [float(zoo(m, b, system)[key]) for m in ("llama2-28b", "gpt3-28b") for b in gbs_set]
+def _zoo_behind_pick(system: str) -> list[float]:
+    """How much slower `system` runs than the planner's pick, in %, in every case."""
+    return [100 * (float(zoo(m, b, system)["iteration_s"]) / float(zoo(m, b, "pick")["iteration_s"]) - 1)
+            for m in ZOO_MODELS for b in (16, 32, 64)]
 
 
 VALUES = {
@@ -88,6 +87,9 @@ VALUES = {
     "prof.layer_weight_gib": lambda: f"{(unit('llama2', 'attn')['weight_bytes'] + unit('llama2', 'mlp')['weight_bytes']) / GiB:.1f} GiB",
     "prof.p2p_gbs": lambda: f"{profile('llama2')['p2p_bandwidth'] / 1e9:.0f} GB/s",
     "prof.wgrad_gib": lambda: f"{(unit('llama2', 'attn')['weight_grad_bytes'] + unit('llama2', 'mlp')['weight_grad_bytes']) / GiB:.2f} GiB",
+    "prof.wgrad_mib": lambda: f"{(unit('llama2', 'attn')['weight_grad_bytes'] + unit('llama2', 'mlp')['weight_grad_bytes']) / 2**20:.0f} MiB",
+    **{f"prof.wgrad_{k}_mib": (lambda k=k: f"{unit('llama2', k)['weight_grad_bytes'] / 2**20:.0f}") for k in ("attn", "mlp")},
+    "prof.wgrad_rederive_mib": lambda: f"{(unit('llama2', 'attn')['weight_grad_rederive_bytes'] + unit('llama2', 'mlp')['weight_grad_rederive_bytes']) / 2**20:.0f}",
     "prof.wgrad_8x11_gib": lambda: f"{8 * 11 * (unit('llama2', 'attn')['weight_grad_bytes'] + unit('llama2', 'mlp')['weight_grad_bytes']) / GiB:.0f} GiB",
     "yard.profile_ms": lambda: f"{json_file(profile_session() + '/session.json')['layer_recompute']['profile_s'] * 1e3:.3f} ms",
     "yard.per_layer_ms": lambda: f"{json_file(profile_session() + '/session.json')['layer_recompute']['yardstick_per_layer_s'] * 1e3:.3f} ms",
@@ -171,19 +173,16 @@ VALUES = {
     "fig16.28b.cmb.analytic": lambda: _ablation_change("llama2-28b", AN),
     "fig16.layer_points": _layer_points,
     # ---- today's schedules (fig_zoo) ----
-    "zoo.16.pick_speedup": lambda: span(_zoo("obscura_interleaved", "speedup_vs_dapple_plus", (16,)), "{:.2f}", "x"),
-    "zoo.16.vs_obscura": lambda: span([100 * (float(zoo(m, 16, "obscura")["iteration_s"]) / float(zoo(m, 16, "obscura_interleaved")["iteration_s"]) - 1)
-                                      for m in ("llama2-28b", "gpt3-28b")], unit="%"),
-    "zoo.32.obscura_speedup": lambda: span(_zoo("obscura", "speedup_vs_dapple_plus", (32, 64)), "{:.2f}", "x"),
-    "zoo.32.lead": lambda: span([100 * x for x in _zoo_lead((32, 64), "obscura")], unit="%"),
-    "zoo.zb.16": lambda: f"{float(zoo('llama2-28b', 16, 'zb_h1_full')['simulated_s_if_it_fit']):.2f}",
-    "zoo.il.16": lambda: f"{float(zoo('llama2-28b', 16, 'interleaved_full')['iteration_s']):.2f} s",
-    "zoo.zb.16.speedup": lambda: f"{float(zoo('llama2-28b', 16, 'dapple_plus')['iteration_s']) / float(zoo('llama2-28b', 16, 'zb_h1_full')['simulated_s_if_it_fit']):.2f}x",
-    "zoo.zb.32.speedup": lambda: span([float(zoo(m, b, "dapple_plus")["iteration_s"]) / float(zoo(m, b, "zb_h1_full")["simulated_s_if_it_fit"])
-                                       for m in ("llama2-28b", "gpt3-28b") for b in (32, 64)], "{:.2f}", "x"),
-    "zoo.zb.peaks": lambda: span(_zoo("zb_h1_full", "max_device_peak_gib"), unit=" GiB"),
-    "zoo.ozb.peaks": lambda: span(_zoo("obscura_zb_h1", "max_device_peak_gib"), unit=" GiB"),
-    "zoo.ozb.speedup": lambda: span(_zoo("obscura_zb_h1", "speedup_vs_dapple_plus"), "{:.2f}", "x"),
+    "zoo.pick_speedup": lambda: span(_zoo("pick", "speedup_vs_dapple_plus"), "{:.2f}", "x"),
+    "zoo.obscura_speedup": lambda: span(_zoo("obscura", "speedup_vs_dapple_plus"), "{:.2f}", "x"),
+    "zoo.obscura_behind": lambda: span(_zoo_behind_pick("obscura"), "{:.1f}", "%"),
+    "zoo.zb_h1_speedup": lambda: span([float(zoo("llama2-28b", b, "family:zb-h1")["speedup_vs_dapple_plus"])
+                                       for b in (16, 32, 64)], "{:.2f}", "x"),
+    "zoo.zb_h1_needs_gpt3": lambda: span([float(zoo("gpt3-28b", b, "family:zb-h1")["needs_gib"]) for b in (16, 32, 64)],
+                                         "{:.1f}", " GiB"),
+    "zoo.zb_v_needs": lambda: span(_zoo("family:zb-v", "needs_gib"), unit=" GiB"),
+    "zoo.zb_v_unlimited": lambda: span(_zoo("family:zb-v", "unlimited_s", (32,)), "{:.2f}", " s"),
+    "zoo.pick_unlimited": lambda: span(_zoo("family:interleaved-v4", "unlimited_s", (32,)), "{:.2f}", " s"),
     # ---- stage MFU (results/h200/stage_mfu.json) ----
     **{f"mfu.{a}.{p}.ms": (lambda a=a, p=p: f"{stage_mfu(a, p)['fwd_bwd_s'] * 1e3:.2f} ms")
        for a in ("cudnn", "xla") for p in ("none", "cmb", "mlp", "full")},
@@ -249,13 +248,18 @@ NOT_RESULTS: dict = {
     "docs/cli.md": {**dict.fromkeys(("360 GB/s", "45 GB/s"), "the link rates collectives are priced at (inputs)"),
                     **dict.fromkeys(("80GiB", "85.9GB", "2GiB", "24GiB", "141GB"), "a flag's example value"),
                     "1%": "the memory check's allocator share (a setting)",
+                    "256 MiB": "the JSON reader's size cap (a setting)",
+                    "3x": "the vocabulary-to-hidden ratio under which --head-weight-grad auto runs the head's W at once (a setting)",
+                    **dict.fromkeys(("6x", "10x"), "Llama-2-13B's and GPT-3 13B's vocabulary over hidden size (model configs)"),
                     "75%": "XLA's default memory fraction (a setting)",
                     "0.01": "adamw's default weight decay (a setting)",
                     "3.36": "the H200's HBM rate the sweep assumes (planner/device.py, an input)",
                     "1.00": "what a meas/sim ratio of one means (a definition)"},
-    "docs/design.md": {"1%": "the memory check's allocator share (a setting)",
+    "docs/design.md": {**dict.fromkeys(("1%", "2%"), "the memory check's allocator share (a setting)"),
+                       "95%": "the fill the GPU test admits its run at (a setting)",
                        "128 MiB": "the BFC allocator's split threshold (XLA's, a constant)"},
-    "docs/formats.md": {"2.13": "torch's version the goldens were built with"},
+    "docs/formats.md": {"2.13": "torch's version the goldens were built with",
+                        "256 MiB": "the JSON reader's size cap (a setting)"},
     "docs/layouts.md": {**dict.fromkeys(("37.9%", "43.1%", "55.6%", "70.6%", "62.8%", "62.0%", "60.2%", "59.6%",
                                          "63.0%", "49.8%"), "the layouts paper's MFU, quoted"),
                         "2311.05610": "the paper's arXiv id",
@@ -263,6 +267,8 @@ NOT_RESULTS: dict = {
                         "789 TFLOP/s": "the 8192^3 matmul rate of the device notes (the analytic model's input)"},
     "docs/multiprocess.md": {**dict.fromkeys(("4 s", "20 s", "15 s", "30 s", "600 s", "3 s", "120 s", "90 s"), TIMEOUT),
                              "50 ms": "the launcher's poll interval (a setting)",
+                             **dict.fromkeys(("0.001", "0 s", "1 s"), "an environment variable's value and the watchdog's "
+                                             "look interval (settings)"),
                              "5%": "the report's threshold for naming the term that is off (a setting)"},
     "docs/reproduction.md": {
         **dict.fromkeys(("8x", "1.33x", "0.50 s", "0.37 s", "22-27%", "29-31%", "37.9%", "70.6%"), PAPER),
