@@ -24,6 +24,13 @@ placed, host links one copy at a time; with `row_rules` a swap also waits for th
 compute op placed before it (an SI for the SO placed before it too). It ends
 `dur` later, or, for a measured run, when the engine saw it ready.
 
+Work that is not a pipeline action but holds a lane all the same (a measured
+copy: obscura_jax.observe.events.infer_transfers; a stage's data-parallel sync:
+planner.layouts.mesh_costs.gradient_sync_end) is a run of its own (`lane_run`): one
+job at a time per lane, in row order, released when the caller says. A run that
+cannot go on (every device waits on an action never placed) is not complete and
+names what each device stopped at (`Run.waiting`): the validator's deadlock.
+
 A run may start from `Known` times (an earlier run it matches up to a point: the
 relaxations' cap search, generators/relaxation.py): those actions are placed as
 given and the loop goes on from there, and may pause at a time (`until`). With a
@@ -48,11 +55,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from schedules.actions import COMPUTE, HOST_OUT, Priced
+from schedules.actions import COMPUTE, HOST_IN, HOST_OUT, LANES, Priced
 from schedules.ir import Kind
 from schedules.relaxed_chooser import ChooserState, Relaxed, choose_fitting
 
-__all__ = ["Known", "Relaxed", "Run", "list_schedule"]
+__all__ = ["Known", "Relaxed", "Run", "lane_run", "list_schedule"]
 
 _F = Kind.F
 _SLACK = 1e-12   # relative: a bound computed by subtraction may sit an ulp above the true finish
@@ -81,6 +88,7 @@ class Run:
     halves: dict[int, float] = field(default_factory=dict)   # an overlapped pair's first half: its own end
     paused: bool = False       # stopped at `until`
     stopped: float = math.inf  # paused or past the limit at this time: every action starting before it is placed
+    waiting: tuple[int, ...] = ()   # not complete, not stopped: the actions the devices stopped at (_waiting)
 
     def span(self, i: int) -> tuple[float, float]:
         """(start, end) of action i as it ran: an overlapped pair's first half ends
@@ -112,6 +120,7 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
     n, total = run.num_devices, len(run.actions)
     dur, deps, lane, woken, pair, kind, lag = run.dur, run.deps, run.lane, run.woken, run.pair, run.kind, run.lag
     out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n
+    free: dict[tuple[int, str], float] = {}    # a caller's own lanes (lane_run), per (device, lane)
     bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
     timed = release is not None or observed_end is not None
     halves: dict[int, float] = {}
@@ -173,8 +182,8 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                     e = compute_end[d] = end[i] = st + dur[i]
                     left[d] -= dur[i]
                 else:
-                    st, e = _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left,
-                                         row_rules, release, observed_end)
+                    st, e = _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, free,
+                                         left, row_rules, release, observed_end)
                     end[i] = e
                 start[i] = st
                 order[d].append(i)
@@ -247,7 +256,42 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                 seq += 1
             else:
                 pending.append(other)
-    return Run(start, end, order, placed == total, False, halves)
+    if placed == total:
+        return Run(start, end, order, True, False, halves)
+    return Run(start, end, order, False, False, halves, waiting=_waiting(run, ptr, state))
+
+
+def _waiting(run: Priced, ptr: list[int], state: list) -> tuple[int, ...]:
+    """What a run that could not go on stopped at (every device idle, nothing left
+    to wake it): an in-order device's next action in its row, a relaxed device's
+    queues' heads; device by device. The deadlock check reads it (schedules.validator)."""
+    out: list[int] = []
+    for d, row in enumerate(run.rows):
+        if state[d] is None:
+            out.extend(row[ptr[d]:ptr[d] + 1])
+        else:
+            out.extend(q[0] for q in state[d].rest() if q)
+    return tuple(out)
+
+
+def lane_run(rows: Sequence[Sequence[object]], lane: str, dur: Sequence[float] | None = None) -> Priced:
+    """A run of work that is not a pipeline action but holds a lane all the same
+    (a measured copy, a data-parallel collective): per row (a device of the run, one
+    lane of `lane` each) its jobs in the order the lane runs them, as labels
+    (`Priced.actions`). A job waits on nothing but its lane's previous job; what else
+    holds it back is list_schedule's `release`. `dur`: in rows' order (zeros when
+    list_schedule gets `observed_end`)."""
+    if lane in LANES:
+        raise ValueError(f"lane_run: {lane!r} is a lane of the per-kind table, with rules of its own")
+    labels = tuple(job for row in rows for job in row)
+    ids, first = [], 0
+    for row in rows:
+        ids.append(tuple(range(first, first + len(row))))
+        first += len(row)
+    total = len(labels)
+    return Priced(labels, (None,) * total, tuple(ids), tuple(d for d, row in enumerate(rows) for _ in row),
+                  (lane,) * total, ((),) * total, ((),) * total, {},
+                  [0.0] * total if dur is None else list(dur), [0.0] * total, [0.0])
 
 
 def _from_known(run: Priced, known: Known, state: list) -> tuple:
@@ -291,16 +335,19 @@ def _from_known(run: Priced, known: Known, state: list) -> tuple:
     return start, end, order, compute_end, left, ptr, placed
 
 
-def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
+def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, free, left, row_rules, release,
                  observed_end) -> tuple[float, float]:
-    """(start, end) of an action on a host link, or of any action of a measured run,
+    """(start, end) of an action on a host link, of a job on a caller's lane
+    (lane_run: one at a time, in row order), or of any action of a measured run,
     and its lane's new state."""
     if ln == COMPUTE:
         s = r if r > compute_end[d] else compute_end[d]
     elif ln == HOST_OUT:
         s = max(r, out_free[d], compute_end[d]) if row_rules else max(r, out_free[d])
-    else:
+    elif ln == HOST_IN:
         s = max(r, in_free[d], compute_end[d], last_so_end[d]) if row_rules else max(r, in_free[d])
+    else:
+        s = max(r, free.get((d, ln), 0.0))
     if release is not None and release[i] > s:
         s = release[i]
     e = s + dur[i] if observed_end is None else max(observed_end[i], s)
@@ -309,8 +356,10 @@ def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, 
         left[d] -= dur[i]
     elif ln == HOST_OUT:
         out_free[d] = last_so_end[d] = e
-    else:
+    elif ln == HOST_IN:
         in_free[d] = e
+    else:
+        free[d, ln] = e
     return s, e
 
 
