@@ -16,11 +16,20 @@ chooser each device gets:
                             bisection (generators/caps.py) and the zero-bubble
                             heuristic under a memory limit (generators/zero_bubble_auto.py)
 
+(Relaxed and the state the loop keeps for it live in schedules/relaxed_chooser.py.)
+
 An action starts at the latest of its inputs' ends (plus the transfer from another
 device) and of its lane's rule (schedules/actions.py): compute runs in the order
 placed, host links one copy at a time; with `row_rules` a swap also waits for the
 compute op placed before it (an SI for the SO placed before it too). It ends
 `dur` later, or, for a measured run, when the engine saw it ready.
+
+Work that is not a pipeline action but holds a lane all the same (a measured
+copy: obscura_jax.observe.events.infer_transfers; a stage's data-parallel sync:
+planner.layouts.mesh_costs.gradient_sync_end) is a run of its own (`lane_run`): one
+job at a time per lane, in row order, released when the caller says. A run that
+cannot go on (every device waits on an action never placed) is not complete and
+names what each device stopped at (`Run.waiting`): the validator's deadlock.
 
 A run may start from `Known` times (an earlier run it matches up to a point: the
 relaxations' cap search, generators/relaxation.py): those actions are placed as
@@ -40,41 +49,20 @@ order.
 """
 from __future__ import annotations
 
-import bisect
 import functools
 import heapq
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from schedules.actions import COMPUTE, HOST_OUT, Priced
+from schedules.actions import COMPUTE, HOST_IN, HOST_OUT, LANES, Priced
 from schedules.ir import Kind
+from schedules.relaxed_chooser import ChooserState, Relaxed, choose_fitting
 
-_F, _B, _W = Kind.F, Kind.B, Kind.W
+__all__ = ["Known", "Relaxed", "Run", "lane_run", "list_schedule"]
+
+_F = Kind.F
 _SLACK = 1e-12   # relative: a bound computed by subtraction may sit an ulp above the true finish
-
-
-@dataclass(frozen=True)
-class Relaxed:
-    """A relaxed device's chooser. `queues`: action indices, each queue in the order
-    its actions must run (e.g. a stage's forwards by micro-batch); `cap`: blocks the
-    device may hold (a forward adds one; a W, or a B without one, frees it);
-    `alternate`: prefer the queue after the one it placed from last (a forward
-    after a backward and the other way round: the paper's 1:1 interleaving), else
-    prefer the head listed first in the row. `sizes` (action index -> (rise, net)),
-    when given, counts the cap in those units instead of blocks: an action starts
-    only while held + rise <= cap, and placing it adds net (e.g. bytes, as the
-    memory fold counts them: schedules.memory.block_levels). `fits`: kinds that
-    start only in a gap they fit (_choose_fitting: a warm-up F that would delay
-    the first backward-input step, a W that would delay anything, wait; a W
-    still starts when a head waits for room): the zero-bubble paper's switches
-    (section 3.1), a forward that delays the first B, and W only in gaps it fills."""
-    queues: tuple[tuple[int, ...], ...]
-    cap: float = math.inf
-    alternate: bool = False
-    sizes: dict[int, tuple[float, float]] | None = None
-    fits: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -100,6 +88,7 @@ class Run:
     halves: dict[int, float] = field(default_factory=dict)   # an overlapped pair's first half: its own end
     paused: bool = False       # stopped at `until`
     stopped: float = math.inf  # paused or past the limit at this time: every action starting before it is placed
+    waiting: tuple[int, ...] = ()   # not complete, not stopped: the actions the devices stopped at (_waiting)
 
     def span(self, i: int) -> tuple[float, float]:
         """(start, end) of action i as it ran: an overlapped pair's first half ends
@@ -131,10 +120,11 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
     n, total = run.num_devices, len(run.actions)
     dur, deps, lane, woken, pair, kind, lag = run.dur, run.deps, run.lane, run.woken, run.pair, run.kind, run.lag
     out_free, in_free, last_so_end = [0.0] * n, [0.0] * n, [0.0] * n
+    free: dict[tuple[int, str], float] = {}    # a caller's own lanes (lane_run), per (device, lane)
     bound = limit * (1 + _SLACK) if math.isfinite(limit) else math.inf
     timed = release is not None or observed_end is not None
     halves: dict[int, float] = {}
-    state = [_ChooserState(relaxed[d]) if d in relaxed else None for d in range(n)]
+    state = [ChooserState(relaxed[d]) if d in relaxed else None for d in range(n)]
     if known is None:
         start: list[float] = [0.0] * total
         end: list[float | None] = [None] * total
@@ -192,8 +182,8 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                     e = compute_end[d] = end[i] = st + dur[i]
                     left[d] -= dur[i]
                 else:
-                    st, e = _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left,
-                                         row_rules, release, observed_end)
+                    st, e = _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, free,
+                                         left, row_rules, release, observed_end)
                     end[i] = e
                 start[i] = st
                 order[d].append(i)
@@ -219,7 +209,7 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
         chosen = slot = None
         soonest = math.inf
         if ch.fits:
-            chosen, slot, ready, soonest = _choose_fitting(ch, t, kind, deps, end, lag, dur)
+            chosen, slot, ready, soonest = choose_fitting(ch, t, kind, deps, end, lag, dur)
         else:
             cap_full = ch.held >= ch.cap
             sizes = ch.sizes
@@ -266,54 +256,42 @@ def list_schedule(run: Priced, relaxed: dict[int, Relaxed] | None = None, limit:
                 seq += 1
             else:
                 pending.append(other)
-    return Run(start, end, order, placed == total, False, halves)
+    if placed == total:
+        return Run(start, end, order, True, False, halves)
+    return Run(start, end, order, False, False, halves, waiting=_waiting(run, ptr, state))
 
 
-def _choose_fitting(ch, t, kind, deps, end, lag, dur):
-    """(action, slot, ready time, soonest) for a relaxed device whose `fits` kinds
-    start only in a gap they fit: the first ready head in preference order, where
-    an F before the device's first backward must end before the soonest I or B
-    whose inputs are placed can start (the warm-up's last forwards), and
-    a W before any other head can (an input not placed yet arrives no sooner than
-    t + its producer's duration + transfer: a relaxed device decides in time
-    order), unless some head waits for room (the W frees it).
-    (None, None, None, soonest) if none may start at t."""
-    cap_full = ch.held >= ch.cap
-    sizes, fits = ch.sizes, ch.fits
-    heads = []
-    room = False
-    soonest = before_b = before_any = math.inf
-    for k, (i, _) in enumerate(ch.candidates()):
-        if (cap_full and kind[i] is _F) if sizes is None else ch.held + sizes[i][0] > ch.cap:
-            room = True         # a W frees room for it, however late its inputs
-            continue
-        r, lower = 0.0, t
-        for j, b in deps[i]:
-            e = end[j]
-            if e is None:
-                r = None
-                e = t + dur[j]
-            e += lag[b]
-            if r is not None and e > r:
-                r = e
-            if e > lower:
-                lower = e
-        heads.append((k, i, r))
-        if r is not None and t < r < soonest:
-            soonest = r
-        if kind[i] is not _W:
-            before_any = min(before_any, lower)
-            if kind[i] is not _F and r is not None:
-                before_b = min(before_b, r)
-    for k, i, r in heads:
-        if r is None or r > t:
-            continue
-        ki = kind[i]
-        if ki in fits and not (ki is _W and room) and not (ki is _F and ch.backwards) \
-                and t + dur[i] > (before_b if ki is _F else before_any):
-            continue
-        return i, k, r, soonest
-    return None, None, None, soonest
+def _waiting(run: Priced, ptr: list[int], state: list) -> tuple[int, ...]:
+    """What a run that could not go on stopped at (every device idle, nothing left
+    to wake it): an in-order device's next action in its row, a relaxed device's
+    queues' heads; device by device. The deadlock check reads it (schedules.validator)."""
+    out: list[int] = []
+    for d, row in enumerate(run.rows):
+        if state[d] is None:
+            out.extend(row[ptr[d]:ptr[d] + 1])
+        else:
+            out.extend(q[0] for q in state[d].rest() if q)
+    return tuple(out)
+
+
+def lane_run(rows: Sequence[Sequence[object]], lane: str, dur: Sequence[float] | None = None) -> Priced:
+    """A run of work that is not a pipeline action but holds a lane all the same
+    (a measured copy, a data-parallel collective): per row (a device of the run, one
+    lane of `lane` each) its jobs in the order the lane runs them, as labels
+    (`Priced.actions`). A job waits on nothing but its lane's previous job; what else
+    holds it back is list_schedule's `release`. `dur`: in rows' order (zeros when
+    list_schedule gets `observed_end`)."""
+    if lane in LANES:
+        raise ValueError(f"lane_run: {lane!r} is a lane of the per-kind table, with rules of its own")
+    labels = tuple(job for row in rows for job in row)
+    ids, first = [], 0
+    for row in rows:
+        ids.append(tuple(range(first, first + len(row))))
+        first += len(row)
+    total = len(labels)
+    return Priced(labels, (None,) * total, tuple(ids), tuple(d for d, row in enumerate(rows) for _ in row),
+                  (lane,) * total, ((),) * total, ((),) * total, {},
+                  [0.0] * total if dur is None else list(dur), [0.0] * total, [0.0])
 
 
 def _from_known(run: Priced, known: Known, state: list) -> tuple:
@@ -357,16 +335,19 @@ def _from_known(run: Priced, known: Known, state: list) -> tuple:
     return start, end, order, compute_end, left, ptr, placed
 
 
-def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, left, row_rules, release,
+def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, free, left, row_rules, release,
                  observed_end) -> tuple[float, float]:
-    """(start, end) of an action on a host link, or of any action of a measured run,
+    """(start, end) of an action on a host link, of a job on a caller's lane
+    (lane_run: one at a time, in row order), or of any action of a measured run,
     and its lane's new state."""
     if ln == COMPUTE:
         s = r if r > compute_end[d] else compute_end[d]
     elif ln == HOST_OUT:
         s = max(r, out_free[d], compute_end[d]) if row_rules else max(r, out_free[d])
-    else:
+    elif ln == HOST_IN:
         s = max(r, in_free[d], compute_end[d], last_so_end[d]) if row_rules else max(r, in_free[d])
+    else:
+        s = max(r, free.get((d, ln), 0.0))
     if release is not None and release[i] > s:
         s = release[i]
     e = s + dur[i] if observed_end is None else max(observed_end[i], s)
@@ -375,8 +356,10 @@ def _place_other(i, d, r, ln, dur, compute_end, out_free, in_free, last_so_end, 
         left[d] -= dur[i]
     elif ln == HOST_OUT:
         out_free[d] = last_so_end[d] = e
-    else:
+    elif ln == HOST_IN:
         in_free[d] = e
+    else:
+        free[d, ln] = e
     return s, e
 
 
@@ -399,72 +382,3 @@ def _place_pair(first, second, d, run, end, start, compute_end, left, order) -> 
     left[d] -= run.dur[first] + run.dur[second]
     order[d].extend((first, second))
     return stop
-
-
-class _ChooserState:
-    """A relaxed device's queues as the loop walks them: the heads (row order: kept
-    sorted by row position), the blocks held, the queue placed from last."""
-
-    def __init__(self, chooser: Relaxed) -> None:
-        self.queues = [q for q in chooser.queues if q]
-        self.cap = chooser.cap
-        self.sizes = chooser.sizes
-        self.fits = chooser.fits
-        self.alternate = chooser.alternate
-        self.pos = [0] * len(self.queues)
-        self.heads = sorted((q[0], j) for j, q in enumerate(self.queues))
-        self.held = 0
-        self.backwards = 0       # B and I placed
-        self.last = 0            # alternate: the queue placed from last (the first, before any)
-        self._turn = self.heads
-        k = len(self.queues)       # alternate: the queues in turn after each one
-        self._after = [[(last + 1 + j) % k for j in range(k)] for last in range(k)]
-
-    def candidates(self) -> list[tuple[int, int]]:
-        """(action index, queue) of every head, most preferred first."""
-        if not self.alternate:
-            return self.heads
-        q, pos = self.queues, self.pos
-        self._turn = [(q[j][pos[j]], j) for j in self._after[self.last] if pos[j] < len(q[j])]
-        return self._turn
-
-    def resume(self, prefix: Sequence[int], kind: Sequence[Kind]) -> None:
-        """The state after placing `prefix` (a known start: each queue's first
-        actions, in the queues' orders)."""
-        if not prefix:
-            return
-        seen = set(prefix)
-        for j, q in enumerate(self.queues):     # a queue's first pos[j] actions are placed
-            self.pos[j] = bisect.bisect_left(range(len(q)), True, key=lambda k: q[k] not in seen)
-            if self.pos[j] and q[self.pos[j] - 1] == prefix[-1]:
-                self.last = j
-        kinds = Counter(map(kind.__getitem__, prefix))
-        self.backwards = len(prefix) - kinds[_F] - kinds[_W]
-        if self.sizes is not None:
-            self.held = sum(self.sizes[i][1] for i in prefix)
-        else:
-            self.held = kinds[_F] - kinds[_W] - kinds[_B]   # a B here is a full one (its block has no W)
-        self.heads = sorted((q[self.pos[j]], j) for j, q in enumerate(self.queues) if self.pos[j] < len(q))
-
-    def rest(self) -> list[tuple[int, ...]]:
-        """Each queue's actions not placed yet."""
-        return [q[self.pos[j]:] for j, q in enumerate(self.queues)]
-
-    def take(self, slot: int, index: int, kind: Kind) -> None:
-        """Place the head at `slot` of the last candidates() (action `index`)."""
-        if self.alternate:
-            _, j = self._turn[slot]
-        else:
-            _, j = self.heads.pop(slot)
-        self.pos[j] += 1
-        if not self.alternate and self.pos[j] < len(self.queues[j]):
-            bisect.insort(self.heads, (self.queues[j][self.pos[j]], j))
-        self.last = j
-        if kind is not _F and kind is not _W:
-            self.backwards += 1
-        if self.sizes is not None:
-            self.held += self.sizes[index][1]
-        elif kind is _F:
-            self.held += 1
-        elif kind is _W or kind is _B:     # a B here is a full one (its block has no W)
-            self.held -= 1

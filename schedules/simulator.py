@@ -23,8 +23,6 @@ Memory: the one fold (schedules.memory) over the simulated ops.
 """
 from __future__ import annotations
 
-import heapq
-
 from schedules.actions import StagePrice, boundary_lags, priced, swapping_stages
 from schedules.costs import StageCosts
 from schedules.deps import dependency_map
@@ -32,6 +30,7 @@ from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule, StageSpec
 from schedules.list_schedule import list_schedule
 from schedules.memory import StageMemory
+from schedules.order_walk import merge_in_start_order
 from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
 
@@ -93,29 +92,9 @@ def on_one_device(schedule: Schedule, costs: StageCosts) -> Schedule:
         dev1:  F0 F1 B0 B1  ->   (one row, each stage keeps its own order)
     """
     times = op_times(schedule, costs)
-    deps = dependency_map(schedule)
-    # A topological merge (each stage's own order and the dependency rule), earliest
-    # simulated start first: a copy (SO/SI) starts on its own lane, possibly after the
-    # stage's next compute, so starts alone need not be an order the row can run in.
-    waiting = {a: len(deps[a]) + (i > 0) for st in schedule.stages for i, a in enumerate(st.actions)}
-    after = {a: [] for a in waiting}
-    for st in schedule.stages:
-        for prev, a in zip(st.actions, st.actions[1:]):
-            after[prev].append(a)
-    for a, ds in deps.items():
-        for d in ds:
-            after[d].append(a)
-    position = {a: i for st in schedule.stages for i, a in enumerate(st.actions)}
-    ready = [(times[a][0], a.stage, position[a], a) for a, n in waiting.items() if not n]
-    heapq.heapify(ready)
-    row = []
-    while ready:
-        *_, a = heapq.heappop(ready)
-        row.append(a)
-        for b in after[a]:
-            waiting[b] -= 1
-            if not waiting[b]:
-                heapq.heappush(ready, (times[b][0], b.stage, position[b], b))
+    # the one order walker (schedules.order_walk) over the stages' own orders
+    row = merge_in_start_order([st.actions for st in schedule.stages], dependency_map(schedule),
+                               {a: t[0] for a, t in times.items()})
     stages = tuple(StageSpec((), st.recompute, st.swap_fraction, st.swap_blocks) for st in schedule.stages)
     return Schedule(f"{schedule.name} (one device)", schedule.num_stages, schedule.num_microbatches, stages,
                     (0,) * schedule.num_stages, (tuple(row),))

@@ -14,7 +14,8 @@ Rules, checked per stage (on the stage's own order) and then globally:
      after SO(x) and before B/I(x); an SO has its SI and an SI its SO;
   4. deadlock-freedom: running every device's row in order, each action waiting on
      its dependencies (schedules.deps), every action is eventually issued (an
-     overlapped pair issues as one unit, once both may start).
+     overlapped pair issues as one unit, once both may start): the list scheduler's
+     own run, which reports the actions it could not place.
 
 A failure raises ScheduleError: the first line says what is wrong and where, the
 following lines show the device x step grid with the offending action(s) marked.
@@ -27,9 +28,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from schedules.deps import dependency_table
+from schedules.actions import Priced, structure
 from schedules.errors import ScheduleError
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
+from schedules.list_schedule import list_schedule
 from schedules.text import format_grid
 
 
@@ -141,32 +143,23 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
 
 
 def _deadlock(schedule: Schedule) -> list[Problem]:
-    """Run every device's row as far as the dependencies (schedules.deps) allow."""
-    rows = schedule.rows
-    deps = dependency_table({a for row in rows for a in row}, schedule.num_stages)
-    for a, b in schedule.overlapped:    # the unit waits for both; its halves do not wait on each other
-        deps[a] = tuple(x for x in deps[a] + deps[b] if x not in (a, b))
-    partner = {a: 1 for a, _ in schedule.overlapped}
-    done: set[Action] = set()
-    ptr = [0] * len(rows)
-    progress = True
-    while progress:
-        progress = False
-        for d, row in enumerate(rows):
-            while ptr[d] < len(row) and all(x in done for x in deps[row[ptr[d]]]):
-                width = 1 + partner.get(row[ptr[d]], 0)
-                done.update(row[ptr[d]:ptr[d] + width])
-                ptr[d] += width
-                progress = True
-    name = schedule.label
-    labels = schedule.row_labels()
+    """Rule 4: the list scheduler (schedules.list_schedule) runs every device's row
+    in order, times aside (every duration 0); a run it cannot complete names the
+    action each device stopped at (Run.waiting), here marked with the first input
+    it waits for that never ran."""
+    st = structure(schedule.rows, schedule.num_stages, schedule.stage_to_device, schedule.overlapped)
+    zeros = [0.0] * len(st.actions)
+    done = list_schedule(Priced(st.actions, st.kind, st.rows, st.device_of, st.lane, st.deps, st.woken, st.pair,
+                                zeros, zeros, [0.0] * (schedule.num_stages + 1)))
+    if done.complete:
+        return []
+    name, labels = schedule.label, schedule.row_labels()
     out = []
-    for d, row in enumerate(rows):
-        if ptr[d] == len(row):
-            continue
-        a = row[ptr[d]]
-        dep = next(x for x in deps[a] if x not in done)
-        s = dep.stage
-        out.append(Problem(d, ptr[d], f"deadlock: {labels[d]} step {ptr[d]} waits at {name(a)} for {name(dep)} "
-                                      f"on {labels[schedule.stage_to_device[s]]}, which never runs"))
+    for i in done.waiting:
+        d, a = st.device_of[i], st.actions[i]
+        unit = (i, st.pair[i]) if i in st.pair else (i,)   # an overlapped pair waits for both halves' inputs
+        dep = st.actions[next(j for k in unit for j, _ in st.deps[k] if j not in unit and done.end[j] is None)]
+        step = len(done.order[d])     # an in-order device placed its row up to here
+        out.append(Problem(d, step, f"deadlock: {labels[d]} step {step} waits at {name(a)} for {name(dep)} "
+                                    f"on {labels[schedule.stage_to_device[dep.stage]]}, which never runs"))
     return out

@@ -36,7 +36,7 @@ import jax
 
 from schedules.actions import LANE_OF, Priced, structure
 from schedules.ir import Action
-from schedules.list_schedule import list_schedule
+from schedules.list_schedule import lane_run, list_schedule
 
 TRANSFER_LANE = "transfer"
 
@@ -191,20 +191,24 @@ def _no_later(t: float, bound: float | None) -> float:
 def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float,
                     latest_end: float | None = None) -> list[MeasuredTransfer]:
     """Transfers relative to `origin`, as an in-order copy lane per consumer stage
-    implies (as infer_ops does for compute): each starts no earlier than its
-    delivery, its producer's end (a copy cannot begin before its data exists) and
-    the lane's previous copy, and ends when it was seen ready, no later than
-    `latest_end` (as in infer_ops)."""
+    implies (as infer_ops does for compute): the list scheduler (schedules.list_schedule)
+    over one lane per consumer, copies in delivery order, each released at its
+    delivery or its producer's end, whichever is later (a copy cannot begin before
+    its data exists; the producer's time is measured, so it is a release, not an
+    input to place), starting no earlier than the lane's previous copy's end, and
+    ending when it was seen ready, no later than `latest_end` (as in infer_ops)."""
     end = {op.action.long: op.end for op in ops}
-    lane_end: dict[int, float] = {}
-    out = []
-    for t in sorted(transfers, key=lambda t: t.delivered):
-        producer = t.message.split("->")[0]
-        start = max(t.delivered - origin, end.get(producer, 0.0), lane_end.get(t.dst, 0.0))
-        finish = max(_no_later(t.ready, latest_end) - origin, start)
-        lane_end[t.dst] = finish
-        out.append(MeasuredTransfer(t.message, t.src, t.dst, start, finish))
-    return out
+    ordered = sorted(transfers, key=lambda t: t.delivered)
+    lanes: dict[int, list[int]] = {}
+    for k, t in enumerate(ordered):
+        lanes.setdefault(t.dst, []).append(k)
+    rows = list(lanes.values())
+    index = [k for row in rows for k in row]     # the run's job -> its copy
+    release = [max(ordered[k].delivered - origin, end.get(ordered[k].message.split("->")[0], 0.0)) for k in index]
+    seen = [_no_later(ordered[k].ready, latest_end) - origin for k in index]
+    done = list_schedule(lane_run(rows, TRANSFER_LANE), release=release, observed_end=seen)
+    times = {k: (done.start[i], done.end[i]) for i, k in enumerate(index)}
+    return [MeasuredTransfer(t.message, t.src, t.dst, *times[k]) for k, t in enumerate(ordered)]
 
 
 def transfers_to_json(transfers: list[TransferEvent], clock_offset: float = 0.0) -> list[list]:

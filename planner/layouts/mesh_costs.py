@@ -35,7 +35,8 @@ A stage on D x T devices (obscura_jax/runtime/stage_mesh.py) costs each of its d
                 inputs (often replicated) and output cotangents (split) in
                 proportions a profile does not record, so whole is the safe figure.
   data sync     the data-parallel gradient collective, once per step per stage
-                after its last backward (B or W): `gradient_sync_end`, closed form.
+                after its last backward (B or W): `gradient_sync_end`, a lane per device
+                of the list scheduler (schedules.list_schedule).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ from models.units import abstract_unit_params
 from planner.errors import PlanError
 from planner.layouts.hardware import Hardware
 from planner.profile import OpProfile, Profile, UnitProfile, UNIT_KINDS
+from schedules.list_schedule import lane_run, list_schedule
 
 # The first column-parallel GEMM of each (family, unit kind): it pays SP's regather.
 FIRST_COLUMN_PARALLEL = {("llama", "attn"): "q", ("gpt", "attn"): "qkv",
@@ -259,16 +261,17 @@ class StageSync:
 def gradient_sync_end(timeline, syncs: Sequence[StageSync], overlap_backward: bool
                       ) -> tuple[float, float]:
     """(when the last device finishes its stages' data sync, the largest exposed
-    collective time), closed form over a simulated `timeline`.
+    collective time) over a simulated `timeline`: the list scheduler
+    (schedules.list_schedule) over one data-sync lane per device.
 
     A stage's gradient collective starts when its last backward (B, or W after a split
     one) has run; `overlap_backward` hides it under that backward as far as it lasts
     (Megatron's bucketed --overlap-grad-reduce, the sweep's model) instead (the
     runtime: the sum over the data axis is in the optimizer update, after it). The
     gather hides under the stage's first forward. Stages sharing a device (chunks)
-    sync one after another. Exact when nothing is exposed; otherwise pessimistic: it
-    overlaps one op only."""
-    end = worst = 0.0
+    sync one after another, in the order they become ready. Exact when nothing is
+    exposed; otherwise pessimistic: it overlaps one op only."""
+    worst = 0.0
     by_device: dict[int, list] = {}
     for s, sync in enumerate(syncs):
         ops = timeline.stage_ops(s)
@@ -278,9 +281,8 @@ def gradient_sync_end(timeline, syncs: Sequence[StageSync], overlap_backward: bo
         exposed = max(0.0, sync.grads - hidden) + max(0.0, sync.gather - (first.end - first.start))
         by_device.setdefault(timeline.device_of(s), []).append((last.end, exposed + sync.after))
         worst = max(worst, exposed)
-    for work in by_device.values():
-        t = 0.0
-        for ready, seconds in sorted(work):
-            t = max(t, ready) + seconds
-        end = max(end, t)
-    return end, worst
+    rows = [sorted(work) for work in by_device.values()]   # a device syncs its stages as they become ready
+    jobs = [job for row in rows for job in row]
+    done = list_schedule(lane_run(rows, "data_sync", [seconds for _, seconds in jobs]),
+                         release=[ready for ready, _ in jobs])
+    return max((done.end[o[-1]] for o in done.order if o), default=0.0), worst

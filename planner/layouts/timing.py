@@ -1,6 +1,6 @@
 """Iteration time of a layout: the project's pipeline simulator (the judge) over the
 planner's StageCosts, then data-parallel gradient traffic and the optimizer step,
-which are added in closed form.
+which are added after it, on a lane per device.
 
 Pipeline: `schedules.simulate(schedules.generate("1f1b", PP, m, adjusted="all" if
 the policy recomputes else None, recompute=(policy,)), costs)` where `costs` is
@@ -11,8 +11,8 @@ fastest, then DP, then PP), so a stage's DP group spans TP*DP consecutive ranks 
 stage s talks to s+1 across TP*DP ranks: inside a node that is NVLink, otherwise the
 inter-node network.
 
-Data parallelism, after the pipeline drains on each stage (closed form, not
-simulated):
+Data parallelism, after the pipeline drains on each stage (one job per stage on
+its device's data-sync lane, not a simulation of every bucket):
   - gradients are reduce-scattered (ZeRO-1) or all-reduced, overlapped with the
     stage's last backward (bucketed, as Megatron's --overlap-grad-reduce): only the
     part longer than that backward is exposed;
@@ -21,9 +21,9 @@ simulated):
   - the Adam step streams ~28 bytes per locally updated parameter through HBM
     (StageCosts.optimizer, the simulator's own optimizer term).
 The iteration ends when the slowest stage has finished all of that
-(planner.layouts.mesh_costs.gradient_sync_end: the closed form the planner shares,
-there without the overlap, as the runtime syncs after the last backward). Against a
-simulation of every bucket the closed form is exact when the traffic hides (nothing
+(planner.layouts.mesh_costs.gradient_sync_end: a data-sync lane per device, which the
+planner shares, there without the overlap, as the runtime syncs after the last
+backward). Against a simulation of every bucket the lane is exact when the traffic hides (nothing
 is exposed) and pessimistic otherwise: it overlaps each collective with one compute
 op only (tests/planner/layouts/test_timing.py holds it to those bounds).
 """

@@ -1,25 +1,30 @@
 """The one list scheduler (schedules.list_schedule) over the per-kind table
 (schedules.actions): the relaxations, re-simulated with the same settings, give
 their own makespan, with launch overheads and links shared next to swapping
-stages (the simulator and the relaxations are the same loop); and no other module
-of the library defines a list-scheduling loop."""
-import ast
+stages (the simulator and the relaxations are the same loop); and every path that
+gives actions, copies or syncs times (the simulator, the issue order and the
+one-device merge, the deadlock check, the measured timeline and its copies, the
+data-parallel sync) gets them from that loop: a path with a walk of its own would
+neither call it nor move with it."""
 import math
+import sys
 from dataclasses import replace
-from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from schedules import Kind, Schedule, StageCosts, StageSpec, generate, simulate
+import schedules.list_schedule as list_schedule_module
+from schedules import Action, Kind, Schedule, StageCosts, StageSpec, generate, issue_order, simulate, validate
 from schedules.errors import ScheduleError
 from schedules.generators.caps import held_peaks
 from schedules.generators.common import one_f_one_b_row
 from schedules.generators.device_relax import DeviceRelaxation
 from schedules.generators.relax import relaxed_rows
 from schedules.generators.strawman import strawman_warmup
+from schedules.list_schedule import Run
+from schedules.simulator import on_one_device, price_schedule
 from tests.budget import examples
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -141,60 +146,66 @@ def test_the_issue_22_case_agrees():
     assert round(t, 9) == 41.6
 
 
-# --- one module defines list scheduling -------------------------------------------
+# --- every timing path goes through the one list scheduler ------------------------
 
-LIST_SCHEDULER = "schedules/list_schedule.py"
-TIME_WORDS = ("end", "start", "free", "ready", "finish")
-DEPENDENCY_NAMES = {"deps", "waits", "dependencies", "dependency_keys", "dependency_map", "dependency_table"}
-
-
-def _sets_a_time(target) -> bool:
-    if isinstance(target, ast.Tuple):
-        return any(_sets_a_time(t) for t in target.elts)
-    if not isinstance(target, ast.Subscript):
-        return False
-    base = target.value
-    while isinstance(base, ast.Subscript):
-        base = base.value
-    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-    return any(w in name.lower() for w in TIME_WORDS)
+SHIFT = 1024.0
+ORIGINAL = list_schedule_module.list_schedule
 
 
-def list_schedulers(source: str) -> list[str]:
-    """Functions that list-schedule: inside a loop they set an action's time (a
-    subscript of an end/start/free/ready table) and they read the dependency rule."""
-    found = []
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        reads_rule = any((isinstance(n, ast.Name) and n.id in DEPENDENCY_NAMES)
-                         or (isinstance(n, ast.Attribute) and n.attr in DEPENDENCY_NAMES) for n in ast.walk(fn))
-        times = any(isinstance(loop, (ast.For, ast.While)) and any(
-            isinstance(n, ast.Assign) and any(map(_sets_a_time, n.targets))
-            or isinstance(n, ast.AugAssign) and _sets_a_time(n.target) for n in ast.walk(loop))
-            for loop in ast.walk(fn))
-        if reads_rule and times:
-            found.append(fn.name)
-    return found
+@pytest.fixture
+def scheduler_runs(monkeypatch):
+    """schedules.list_schedule.list_schedule, wherever a module bound it, counting its
+    runs and handing back every time SHIFT later: a path that gives times of its own
+    (a second walk) neither counts nor moves."""
+    import obscura_jax.observe.events  # noqa: F401  lazy: JAX; bound before the patch, like every other caller
+    import planner.layouts.mesh_costs  # noqa: F401  lazy: as above
+
+    original = ORIGINAL
+    runs = []
+
+    def shifted(run, *args, **kwargs):
+        done = original(run, *args, **kwargs)
+        runs.append(run)
+        return Run([t + SHIFT for t in done.start], [None if t is None else t + SHIFT for t in done.end],
+                   done.order, done.complete, done.past_limit, {i: t + SHIFT for i, t in done.halves.items()},
+                   done.paused, done.stopped + SHIFT, done.waiting)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "list_schedule", None) is original:
+            monkeypatch.setattr(module, "list_schedule", shifted)
+    return runs
 
 
-def test_one_module_defines_list_scheduling():
-    where = {}
-    for pkg in ("models", "schedules", "planner", "obscura_jax"):
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            names = list_schedulers(path.read_text())
-            if names:
-                where[str(path.relative_to(ROOT))] = names
-    assert where == {LIST_SCHEDULER: ["list_schedule"]}
+def test_simulation_orders_and_the_deadlock_check_are_the_list_schedulers(scheduler_runs):
+    sched, costs = generate("zb-h1", 3, 6), StageCosts.uniform(3, 1.0, 2.0, 1.0)
+    run = price_schedule(sched, costs)
+    done = ORIGINAL(run)
+    reference = sorted((a + SHIFT, b + SHIFT) for a, b in map(done.span, range(len(run.actions))))
+    assert sorted((o.start, o.end) for o in simulate(sched, costs, check=False).ops) == reference
+    for path in (issue_order, on_one_device):
+        scheduler_runs.clear()
+        path(sched, costs)
+        assert scheduler_runs, path.__name__     # its order walks the scheduler's starts
+    stuck = Schedule("stuck", 2, 2, tuple(StageSpec(tuple(Action.parse(a, s) for a in r.split()))
+                                          for s, r in enumerate(("F0 B0 F1 B1", "F0 F1 B0 B1"))))
+    scheduler_runs.clear()
+    with pytest.raises(ScheduleError, match="deadlock"):
+        validate(stuck)
+    assert len(scheduler_runs) == 1          # a deadlock is the scheduler's "did not complete"
 
 
-def test_the_scan_finds_a_second_list_scheduler():
-    """The loop measured timelines used to run beside the simulator's (obscura_jax.observe.events)."""
-    second = '''
-def infer_ops(events, num_stages, order):
-    lane_end, end = {}, {}
-    for a in order:
-        start = max([lane_end.get(a, 0.0)] + [end[d] for d in dependencies(a, set(order), num_stages) if d in end])
-        end[a] = lane_end[a] = start + 1.0
-'''
-    assert list_schedulers(second) == ["infer_ops"]
+def test_measured_times_and_data_syncs_are_the_list_schedulers(scheduler_runs):
+    from obscura_jax.observe.events import ActionEvent, TransferEvent, infer_ops, infer_transfers  # lazy: JAX
+    from planner.layouts.mesh_costs import StageSync, gradient_sync_end  # lazy: as above (the fixture imported both)
+
+    f0, f1 = Action(0, Kind.F, 0), Action(1, Kind.F, 0)
+    ops = infer_ops([ActionEvent(f0, 0, 10.0, 12.0), ActionEvent(f1, 1, 10.1, 15.0)], 2, [f0, f1], origin=10.0)
+    assert [(o.start, o.end) for o in ops] == [(SHIFT, 2.0 + SHIFT), (2.0 + SHIFT, 5.0 + SHIFT)]
+    scheduler_runs.clear()
+    (moved,) = infer_transfers([TransferEvent("0F0->1F0", 0, 1, 1, 12.5, 13.0)], [], 10.0)
+    assert len(scheduler_runs) == 1 and (moved.start, moved.end) == (2.5 + SHIFT, 3.0 + SHIFT)
+    timeline = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1.0, 2.0, 0.0))
+    last = max(max(o.end for o in timeline.stage_ops(s) if o.kind is Kind.B) for s in (0, 1))
+    scheduler_runs.clear()
+    end, _ = gradient_sync_end(timeline, [StageSync(0.5), StageSync(0.5)], overlap_backward=False)
+    assert len(scheduler_runs) == 1 and end == (last + 0.5) + SHIFT

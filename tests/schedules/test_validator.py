@@ -1,7 +1,11 @@
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 from schedules import Action, Kind, Schedule, ScheduleError, StageSpec, generate, validate
+from schedules.deps import dependency_table
 from schedules.text import format_grid
+from schedules.validator import Problem, _deadlock, _stage_problems
+from tests.budget import examples
 from tests.schedules.helpers import corrupt, replace_row
 
 
@@ -163,3 +167,56 @@ def test_a_schedule_that_passed_is_not_checked_again_under_another_name_or_swap_
     with pytest.raises(ScheduleError, match="renamed"):
         validate(dataclasses.replace(replace_row(sched, 1, row), name="renamed"))
 
+
+
+def _walked_deadlock(schedule):
+    """The walk the deadlock check was before it became the list scheduler's own
+    "did not complete": the reference its problems must match."""
+    rows = schedule.rows
+    deps = dependency_table({a for row in rows for a in row}, schedule.num_stages)
+    for a, b in schedule.overlapped:
+        deps[a] = tuple(x for x in deps[a] + deps[b] if x not in (a, b))
+    partner = {a: 1 for a, _ in schedule.overlapped}
+    done, ptr, progress = set(), [0] * len(rows), True
+    while progress:
+        progress = False
+        for d, row in enumerate(rows):
+            while ptr[d] < len(row) and all(x in done for x in deps[row[ptr[d]]]):
+                width = 1 + partner.get(row[ptr[d]], 0)
+                done.update(row[ptr[d]:ptr[d] + width])
+                ptr[d] += width
+                progress = True
+    name, labels, out = schedule.label, schedule.row_labels(), []
+    for d, row in enumerate(rows):
+        if ptr[d] < len(row):
+            a = row[ptr[d]]
+            dep = next(x for x in deps[a] if x not in done)
+            out.append(Problem(d, ptr[d], f"deadlock: {labels[d]} step {ptr[d]} waits at {name(a)} for {name(dep)} "
+                                          f"on {labels[schedule.stage_to_device[dep.stage]]}, which never runs"))
+    return out
+
+
+@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(["1f1b", "gpipe", "zb-h1", "interleaved", "zb-v", "looped-bfs"]), st.integers(2, 4),
+       st.lists(st.tuples(st.integers(0, 7), st.integers(0, 100)), min_size=1, max_size=3))
+def test_the_schedulers_stuck_actions_are_the_walks_deadlock(name, p, swaps):
+    """Same-kind actions swapped (often a wait that cannot be met): the problems the
+    list scheduler's stuck actions give are the walk's, message for message."""
+    kw = {"virtual_stages": 2} if name in ("interleaved", "looped-bfs") else {}
+    bad = generate(name, p, 2 * p, **kw)
+    for stage, pick in swaps:
+        bad = corrupt(bad, "swap_same_kind", stage % bad.num_devices, pick)
+    assume(not any(_stage_problems(bad, s) for s in range(bad.num_stages)))
+    assert _deadlock(bad) == _walked_deadlock(bad)
+
+
+def test_a_stuck_overlapped_pair_is_the_walks_deadlock():
+    """A pair that waits on its own unit (tests/schedules/test_torch_csv.py): the
+    scheduler stops at the pair, as the walk did, with the same message."""
+    rows = [[Action.parse(a) for a in r.split()] for r in ("0F0 3F0 3B0 0F1 3F1 3B1 0B0 0B1",
+                                                          "1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1")]
+    pair = ((Action.parse("0F1"), Action.parse("3F1")),)
+    stages = tuple(StageSpec(()) for _ in range(4))
+    bad = Schedule("pair", 4, 2, stages, (0, 1, 1, 0), tuple(map(tuple, rows)), pair)
+    assert _deadlock(bad) == _walked_deadlock(bad)
+    assert "device 0 step 3 waits at 0F1 for 2F1 on device 1" in _deadlock(bad)[0].message

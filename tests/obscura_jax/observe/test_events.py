@@ -7,9 +7,12 @@ import time
 
 import jax
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from obscura_jax.observe.events import ActionEvent, EventRecorder, TransferEvent, infer_ops, infer_transfers
+from obscura_jax.observe.events import (ActionEvent, EventRecorder, MeasuredOp, MeasuredTransfer, TransferEvent,
+                                        infer_ops, infer_transfers)
 from schedules.ir import Action, Kind
+from tests.budget import examples
 from tests.obscura_jax import toy_stages as toy
 from tests.obscura_jax.runtime.test_executor import batch, make
 
@@ -134,3 +137,45 @@ def test_transfers_are_timed_on_their_consumers_lane_after_their_producer(progs)
         assert t.start >= end[t.message.split("->")[0]] and t.end >= t.start >= lane.get(t.dst, 0.0)
         lane[t.dst] = t.end
     assert min(o.start for o in ops) >= 0      # the origin is the step's start, before its first dispatch
+
+
+# --- the copy lanes are the list scheduler's ----------------------------------------
+
+def _walked_transfers(transfers, ops, origin, latest_end=None):
+    """The hand walk infer_transfers was before its copy lanes became the list
+    scheduler's (schedules.list_schedule.lane_run): the reference it must match."""
+    end = {op.action.long: op.end for op in ops}
+    lane_end, out = {}, []
+    for t in sorted(transfers, key=lambda t: t.delivered):
+        producer = t.message.split("->")[0]
+        start = max(t.delivered - origin, end.get(producer, 0.0), lane_end.get(t.dst, 0.0))
+        finish = max((t.ready if latest_end is None or t.ready <= latest_end else latest_end) - origin, start)
+        lane_end[t.dst] = finish
+        out.append(MeasuredTransfer(t.message, t.src, t.dst, start, finish))
+    return out
+
+
+@st.composite
+def measured_copies(draw):
+    """Ops of a few stages and copies between them: deliveries and ready times in
+    any order (ties included), some producers not measured, ends past a bound."""
+    times = st.sampled_from([0.0, 0.5, 1.0, 2.5, 4.0, 7.25, 11.0, 13.5])
+    ops = []
+    for s in range(3):
+        for x in range(3):
+            if draw(st.booleans()):
+                t0 = draw(times)
+                ops.append(MeasuredOp(Action(s, Kind.F, x), t0 - 2.0, t0 + draw(times)))
+    copies = []
+    for _ in range(draw(st.integers(0, 12))):
+        s, x = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+        delivered = 10.0 + draw(times)
+        copies.append(TransferEvent(f"{s}F{x}->{s + 1}F{x}", s, s + 1, s + 1, delivered,
+                                    delivered + draw(times) - draw(st.sampled_from([0.0, 3.0]))))
+    return copies, ops, draw(st.sampled_from([8.0, 10.0, 12.5])), draw(st.sampled_from([None, 15.0, 30.0]))
+
+
+@settings(max_examples=examples(60), deadline=None, derandomize=True, database=None)
+@given(measured_copies())
+def test_copy_lanes_match_the_walk_they_replaced(case):
+    assert infer_transfers(*case) == _walked_transfers(*case)

@@ -1,11 +1,12 @@
 """How a data x tensor stage mesh divides a stage's costs (planner.layouts.mesh_costs):
 the division of one unit, the TP collectives, the registry's replicated parameters,
-the per-device training state, the data-parallel sync closed form, and that the
+the per-device training state, the data-parallel sync lanes, and that the
 sweep's TP units are the planner's division of its one-GPU units."""
 import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import models
 from models.units import unit_param_count
@@ -20,6 +21,7 @@ from planner.layouts.unit_costs import analytic_units, layout_profile, unit_spli
 from planner.profile import FULL, OpProfile, UnitProfile, UNIT_KINDS
 from schedules import generate, simulate
 from schedules.costs import StageCosts
+from tests.budget import examples
 from tests.planner.synthetic import synthetic_profile
 
 HW = Hardware()
@@ -188,3 +190,43 @@ def test_weights_per_gpu_follow_the_registry():
         assert params_per_gpu(["mlp"], cfg, t) == rep + (n - rep) / t
     assert params_per_gpu(["embed"], cfg, 8) == unit_param_count(cfg, "embed")
     assert math.isclose(params_per_gpu(["head"], cfg, 2), cfg.hidden + cfg.hidden * cfg.vocab_size / 2)
+
+
+def _walked_sync_end(timeline, syncs, overlap_backward):
+    """The hand walk gradient_sync_end was before its devices became lanes of the list
+    scheduler (schedules.list_schedule.lane_run): the reference it must match."""
+    end = worst = 0.0
+    by_device = {}
+    for s, sync in enumerate(syncs):
+        ops = timeline.stage_ops(s)
+        last = max((o for o in ops if o.kind.value in ("B", "W")), key=lambda o: o.end)
+        first = min((o for o in ops if o.kind.value == "F"), key=lambda o: o.start)
+        hidden = last.end - last.start if overlap_backward else 0.0
+        exposed = max(0.0, sync.grads - hidden) + max(0.0, sync.gather - (first.end - first.start))
+        by_device.setdefault(timeline.device_of(s), []).append((last.end, exposed + sync.after))
+        worst = max(worst, exposed)
+    for work in by_device.values():
+        t = 0.0
+        for ready, seconds in sorted(work):
+            t = max(t, ready) + seconds
+        end = max(end, t)
+    return end, worst
+
+
+@settings(max_examples=examples(40), deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(["1f1b", "interleaved", "zb-h1", "gpipe", "zb-v"]), st.integers(2, 4), st.integers(1, 3),
+       st.data(), st.booleans())
+def test_sync_lanes_match_the_walk_they_replaced(name, p, rounds, data, overlap):
+    """Stages alone on a device and chunks sharing one, collectives hidden, exposed or
+    queued behind another stage's: the same ends, bit for bit."""
+    chunks = 2 if name in ("interleaved", "zb-v") else 1
+    sched = generate(name, p, p * rounds, **({"virtual_stages": 2} if name == "interleaved" else {}))
+    n = sched.num_stages
+    seconds = st.sampled_from([0.0, 0.3, 1.0, 2.5, 7.0])
+    costs = StageCosts(fwd=tuple(data.draw(st.sampled_from([0.5, 1.0, 1.5])) for _ in range(n)),
+                       bwd=tuple(data.draw(st.sampled_from([1.0, 2.0, 3.5])) for _ in range(n)))
+    syncs = [StageSync(data.draw(seconds), data.draw(seconds), data.draw(st.sampled_from([0.0, 0.25])))
+             for _ in range(n)]
+    tl = simulate(sched, costs)
+    assert sched.num_stages == p * chunks
+    assert gradient_sync_end(tl, syncs, overlap) == _walked_sync_end(tl, syncs, overlap)
