@@ -4,13 +4,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # `make test-gpu PY=python3` runs with an interpreter that already has the dependencies
-# (the lent GPU machine has no network): the venv is made only when PY is the venv's.
+# (a GPU machine without network access): the venv is made only when PY is the venv's.
 NEEDS  := $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 
 .PHONY: demo test test-long test-gpu test-busy install bytecode clean
 
 # Bytecode on both cores, without the installed packages' own test folders (pip's compile
-# is serial and takes them all: a fresh venv 45 s -> 28 s here, BENCHMARKS.md, issue 23)
+# is serial and takes them all: a fresh venv 45 s -> 28 s here, BENCHMARKS.md "Test suite time")
 # nor the packages no process of ours imports (pip, setuptools, scipy: ~2 s more).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,9 @@ demo: $(STAMP)
 
 # The suite's workers: one test module at a time each, dealt in tests/conftest.py's
 # order (heaviest first); without --no-loadscope-reorder xdist deals by test count.
-# Three workers on the 2-core box: many tests wait (processes on each other, a
+# Three workers on a 2-core CPU machine: many tests wait (processes on each other, a
 # watchdog's heartbeat, a child's start-up), and a third worker keeps both cores busy
-# meanwhile (BENCHMARKS.md, issue 23: the same tree back to back, -n 2 8:18 against
+# meanwhile (BENCHMARKS.md "Test suite time": the same tree back to back, -n 2 8:18 against
 # -n 3 7:29; the fresh-clone runs there).
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 

@@ -152,7 +152,7 @@ def make_plans(shape: BenchShape, out: Path, memory_limit: str | None = None,
     predictions, the profile's scaling). memory_limit: a size ("20GiB") for every m,
     or None for auto_memory_limit. families: let the planner pick Obscura on other
     schedule families too (interleaved, ZB-H1); off, the plan is the paper's Obscura
-    on 1F1B, the configuration the issue compares with DAPPLE+."""
+    on 1F1B, the configuration the paper compares with DAPPLE+."""
     from planner.errors import InfeasibleError  # lazy (these three): the planner loads JAX and OR-Tools
     from planner.plan import plan_search, save_plan
     from planner.profile import save_profile

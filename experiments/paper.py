@@ -8,7 +8,7 @@ from planner.names import SYSTEMS  # noqa: F401  (the figures' labels)
 NUM_STAGES = 8
 SEQ_LEN, MICRO_BATCH = 4096, 1
 PAPER_LIMIT = "80GiB"               # the A100-80GB the paper ran on
-H200_LIMIT = "143771MiB"            # nvidia-smi's total on the lent H200 (BENCHMARKS.md)
+H200_LIMIT = "143771MiB"            # nvidia-smi's total on an H200 (BENCHMARKS.md)
 SIZES = {"13b": 40, "18b": 56, "23b": 72, "28b": 88}   # layers (models/config.py)
 FAMILIES = {"llama2": "Llama-2", "gpt3": "GPT-3"}
 

@@ -50,7 +50,6 @@ UNIT_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "head")
 # their outputs are summed, y = x + attn(x) + mlp(x); one unit per layer.
 BLOCK_KINDS: tuple[str, ...] = ("embed", "block", "head")
 LAYOUTS = (UNIT_KINDS, BLOCK_KINDS)
-ALL_KINDS: tuple[str, ...] = ("embed", "attn", "mlp", "block", "head")
 ALWAYS_PRESETS: tuple[str, ...] = ("none", "full")
 LAYER = "layer"   # policy name: one checkpoint per transformer layer (models.policy); reserved
 

@@ -34,7 +34,6 @@ from schedules.generators.swap import chain_swap_blocks
 from schedules.ir import BACKWARD_INPUT_KINDS
 from schedules.memory import StageMemory, Uniform, order_memory
 
-BASELINES = ("dapple", "dapple_plus", "dapple_plus_layer", "recomp", "ohp_cmb", "strawman")
 _FULL = frozenset({FULL})
 _LAYER = frozenset({LAYER})
 

@@ -2,8 +2,8 @@
 link bandwidths. The analytic profile (planner.analytic) and the layout sweep
 (planner.layouts) both price work with these numbers; nothing else states a rate.
 
-Achieved rates are what a roofline divides FLOPs or bytes by. Where the lent H200
-measured one its comment says so (BENCHMARKS.md holds the runs); the rest are datasheet peaks
+Achieved rates are what a roofline divides FLOPs or bytes by. Where one was
+measured on an H200 its comment says so (BENCHMARKS.md holds the runs); the rest are datasheet peaks
 times an assumed efficiency, written as that product so the assumption shows.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ DEVICES = {
                             flash_attention_flops=312e12 * 0.45, hbm_bandwidth=2.039e12 * 0.7,
                             host_bandwidth=25e9, p2p_bandwidth=300e9),
     # H200 (= H100 SXM compute): 989 TFLOP/s bf16 dense, 4.8 TB/s HBM3e, NVLink 4 (900 GB/s
-    # both directions). Measured on the lent one: an 8192^3 bf16 matmul through jax.jit at
+    # both directions). Measured on an H200: an 8192^3 bf16 matmul through jax.jit at
     # 789-802 TFLOP/s (0.8 of peak is used), pinned-host copies at 53 GB/s. Assumed: flash
     # attention at 60% of peak (the top of the 45-60% cuDNN/FA-class kernels reach at head dim
     # 128), memory-bound kernels (norms, RoPE, activations, adds) at 70% of the datasheet HBM

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from planner.profile import FULL
@@ -108,7 +107,6 @@ class RecomputeSolution:
     stages: tuple[StageChoice, ...]
     iteration_time: float          # T_0 of the float model
     status: str = "OPTIMAL"
-    solve_seconds: float = field(default=0.0, compare=False)
 
     @property
     def sets(self) -> tuple[frozenset[str], ...]:
@@ -154,7 +152,6 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     Long: one CP-SAT model, built variable by variable as Eq. 4 reads."""
     from ortools.sat.python import cp_model  # lazy: ~0.5 s; `obscura train --plan` reads plans without it
 
-    start = time.perf_counter()
     p, m, k = problem.num_stages, problem.num_microbatches, problem.k
     beta, bw = problem.beta, problem.host_bandwidth
     steps = [st.fwd + st.bwd + max(st.full_time, sum(st.op_time)) for st in problem.stages]
@@ -267,7 +264,7 @@ def solve(problem: RecomputeProblem, time_limit: float = 10.0) -> RecomputeSolut
     ok, t0, _, choices = score_closed_form(problem, sets)
     if not ok:  # the rounding above is conservative, so this would be a bug
         raise AssertionError(f"CP-SAT choice {sets} violates the float model's constraints")
-    return RecomputeSolution(choices, t0, solver.status_name(status), time.perf_counter() - start)
+    return RecomputeSolution(choices, t0, solver.status_name(status))
 
 
 def _recompute_ub(st: StageProblem, t_units) -> int:

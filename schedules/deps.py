@@ -26,17 +26,11 @@ from typing import Container
 from schedules.actions import KINDS
 from schedules.ir import Action, Kind, Schedule
 
-Key = Action   # the former (stage, kind value, micro-batch) keys: an Action is that tuple
-
-
 def dependencies(act: Action, present: Container[Action], num_stages: int) -> tuple[Action, ...]:
     """The actions `act` waits on, among a schedule whose actions are `present` (a
     set, or any container) and which has `num_stages` stages."""
     s, k, x = act
     return KINDS[Kind(k)].waits(s, x, present.__contains__, num_stages)
-
-
-dependency_keys = dependencies   # the same rule; kept under the name the key-based callers used
 
 
 def dependency_table(present, num_stages: int) -> dict[Action, tuple[Action, ...]]:

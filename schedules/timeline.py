@@ -150,7 +150,7 @@ class Timeline:
         iteration_time], the optimizer step busy time) / (devices x iteration time).
         Recompute is busy time, so it is not in here; it is not useful work either:
         `recompute_fraction` counts it apart, and useful work is the rest
-        (`useful_fraction` = 1 - bubble - recompute)."""
+        (1 - bubble - recompute)."""
         total = self.iteration_time * self.num_devices
         return sum(self.idle(d) for d in range(self.num_devices)) / total if total > 0 else 0.0
 
@@ -160,14 +160,6 @@ class Timeline:
         forwards inside backwards."""
         total = self.iteration_time * self.num_devices
         return sum(st.recompute for st in self.stages) / total if total > 0 else 0.0
-
-    @property
-    def useful_fraction(self) -> float:
-        """Share of the devices' time (devices x iteration time) spent on work the
-        iteration needs: compute less recompute, and the optimizer step."""
-        total = self.iteration_time * self.num_devices
-        stepping = sum(self.optimizer.seconds) if self.optimizer is not None else 0.0
-        return (sum(st.compute - st.recompute for st in self.stages) + stepping) / total if total > 0 else 0.0
 
     def device_of(self, stage: int) -> int:
         return self.stage_to_device[stage] if self.stage_to_device else stage

@@ -1,4 +1,4 @@
-"""Wall time of the two slow commands of issue 13, as `obscura` runs them.
+"""Wall time of the two slowest commands (BENCHMARKS.md "Command speed"), as `obscura` runs them.
 
     python scripts/bench_cli_speed.py gantt [--vector] [--stages P --microbatches M]
                                                          simulate --stages 32 --microbatches 512 --gantt

@@ -1,4 +1,4 @@
-"""One GPU session (issue 15): re-profile llama2-13b and gpt3-13b with the current
+"""One GPU run (docs/reproduction.md, inputs): re-profile llama2-13b and gpt3-13b with the current
 profiler (steady-state timing, the layer-granular recompute priced) and, in the same
 run, the layer-recompute yardstick (experiments.layer_yardstick: 5 Llama-2-13B
 layers, forward and backward as separate programs, every named op saved vs one

@@ -28,7 +28,7 @@ LAYOUTS = "2,2,2;4,2,1;2,1,4;1,2,4;4,1,2"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama2-tiny")
-    ap.add_argument("--layouts", default=LAYOUTS, help="stages,data,tensor;... (default: the five of issue 21)")
+    ap.add_argument("--layouts", default=LAYOUTS, help="stages,data,tensor;... (default: the five of docs/multiprocess.md's stage meshes)")
     ap.add_argument("--schedules", default=None, help="comma list (default: every family)")
     ap.add_argument("--out", default=None, help="write DIR/layout_matrix_MODEL.json")
     ap.add_argument("--processes", type=int, default=1, choices=(1, 2))

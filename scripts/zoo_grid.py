@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Schedule zoo (issue 10): today's schedules at unit costs, and Obscura on
+"""Schedule zoo (BENCHMARKS.md "Schedule zoo"): today's schedules at unit costs, and Obscura on
 interleaved 1F1B and ZB-H1 against the same base with Recomp-K (schedules/zoo_grid.py).
 
     python scripts/zoo_grid.py            # both markdown tables; exit 1 if an invariant fails

@@ -10,7 +10,7 @@ from pathlib import Path
 # math, pipelined and reference alike): LLVM's backend optimisation at level 0; XLA
 # CPU's older loop emitters instead of its MLIR fusion emitters (half the compile CPU
 # time of a stage program: 46.6 -> 22.1 s for a cold 1f1b + zb-h1 `obscura train` on
-# llama2-tiny, 2-core box); and each program's LLVM module compiled whole, not split
+# llama2-tiny, a 2-core CPU machine); and each program's LLVM module compiled whole, not split
 # into pieces for a thread pool (the pieces' overhead outweighs them on these tiny
 # programs: test_numerics_llama 26.7 -> 22.3 CPU-s cold; the code is the same).
 # Every process a test starts inherits the variable.
@@ -104,7 +104,7 @@ GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every tes
 # --no-loadscope-reorder`): a unit of work is one test module (its module fixtures,
 # compiled programs and JAX flags stay in one process), and the modules are handed out
 # heaviest first, by WEIGHTS (wall seconds of one worker, from scripts/suite_cpu.py's
-# run of the whole suite on the 2-core box, 2026-12-04; BENCHMARKS.md, issue 23): a
+# run of the whole suite on a 2-core CPU machine, 2026-12-04; BENCHMARKS.md "Test suite time"): a
 # heavy module dealt last is the run's tail. Without --no-loadscope-reorder xdist deals
 # the modules by their number of tests instead (the one-test examples and the command
 # matrix last), whatever order this hook gives (tests/tooling/test_suite_order.py). Only an

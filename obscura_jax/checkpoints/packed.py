@@ -5,7 +5,7 @@ Why not the single-process format (a tree of per-stage arrays) per process: in a
 multi-process job Orbax 0.12 refuses every fully addressable jax.Array ("Cannot
 serialize host local jax.Array"), and a stage's array on its one device is exactly
 that; numpy leaves and JSON are written by process 0 alone; so per-process
-checkpoint managers cannot work (issue 11's FINDINGS §5, checked again here). What
+checkpoint managers cannot work (found with Orbax 0.12 on CPU processes). What
 Orbax does write across processes is a global array. So each device packs its
 stages' leaves (params, optimizer state) into one uint8 row in one jitted program
 (`bitcast_convert_type`, zero padding to the longest row), the rows form a global

@@ -5,7 +5,7 @@ equations, MLIR handles), so with CPython's default thresholds (700, 10, 10) the
 collector runs thousands of times per command and its full collections walk
 every object the imports left behind: 0.62-0.71 of ~7 CPU-s in a 4-stage `obscura
 train --check` on llama2-tiny, 4.0 of 62 CPU-s in a pytest process running the
-numerics tests (2-core box, measured with gc.callbacks; BENCHMARKS.md, issue 23).
+numerics tests (a 2-core CPU machine, measured with gc.callbacks; BENCHMARKS.md "Test suite time").
 With BATCH_THRESHOLDS it is 0.12-0.16 and 1.0 CPU-s, the same peak memory. Only
 how often the collector runs changes: nothing is left uncollected. mypy raises its
 thresholds for the same reason.

@@ -2,7 +2,7 @@
 `jax.device_put` (multi-controller JAX; NCCL send/recv inside XLA on GPUs, a socket
 on CPUs), not a home-made transport.
 
-The rule that shapes everything here (verified on CPU, issue 11's FINDINGS §1.4):
+The rule that shapes everything here (verified with CPU processes):
 the XLA client keys each cross-process transfer by a per-process counter, so EVERY
 process must issue EVERY cross-process transfer, in the SAME order; a process that
 skips one, or swaps two, silently receives another transfer's data or hangs. So:

@@ -2,7 +2,7 @@
 service's key-value store, the watchdog, clock offsets, and how a process ends.
 
 Each process (one or several devices) joins with `join(spec)` before JAX starts a
-backend, in this order (issue 11's FINDINGS §1.2, §8.4):
+backend, in this order (each found necessary on CPU processes; the reasons beside):
 
     1. C and C++ output to the process's log file (obscura_jax.processes.native_log)
     2. CPU: the number of local devices and this process's cross-process transfer

@@ -5,7 +5,7 @@ one line naming it.
 Why not jax.distributed's own heartbeat: on a lost peer XLA aborts every process
 (SIGABRT, a long log, no name of the lost process on most of them) only after
 `heartbeat_timeout_seconds`; a peer that is alive but stuck is never noticed; and
-the lost-heartbeat callback cannot be reached from Python (issue 11's FINDINGS §3).
+the lost-heartbeat callback cannot be reached from Python (jax.distributed does not expose it).
 The jax heartbeat stays as a backstop, set longer than this one's limit.
 
 One daemon thread per process; every `period` seconds it writes its own beat

@@ -61,7 +61,7 @@ from planner.errors import ProfileError
 from planner.profile import OpProfile, Profile, UnitProfile
 from obscura_jax.profiling.stopwatch import median_time
 
-DEFAULT_HOST_BANDWIDTH = 5.3e10   # H200 pinned host copies (measured on the lent one: BENCHMARKS.md)
+DEFAULT_HOST_BANDWIDTH = 5.3e10   # H200 pinned host copies (measured on an H200: BENCHMARKS.md)
 DEFAULT_P2P_BANDWIDTH = 2.0e11
 DEFAULT_P2P_LATENCY = 1e-5
 

@@ -11,7 +11,8 @@ of its primal), so every process knows every message's shape and dtype without
 compiling other processes' stages.
 
 Cross-process messages are moved by JAX's cross-process `jax.device_put`, which
-every process must issue, in one global order (found in issue 11 on the lent H200):
+every process must issue, in one global order (found on an H200;
+obscura_jax.processes.cross_process explains the rule):
 `transfer_plan` lists them, each right after its producer in the global issue
 order, and `order_digest` hashes everything the processes must agree on.
 """

@@ -4,7 +4,7 @@ SO moves a fraction beta of one micro-batch's residual bytes to host memory: who
 leaves, largest first, until at least beta of the bytes are chosen. SI brings them
 back to the stage's device before its backward.
 
-Mechanism (measured on the lent H200; BENCHMARKS.md): a plain `jax.device_put` between
+Mechanism (measured on an H200; BENCHMARKS.md): a plain `jax.device_put` between
 memory kinds (`device` <-> `pinned_host`) runs on its own copy stream and hid
 85-94% of its time under compute, while a jitted identity copy with host
 out_shardings hid only ~25%. Both are here so benchmarks can measure the choice

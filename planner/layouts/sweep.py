@@ -25,7 +25,7 @@ from planner.layouts.timing import IterationTime, iteration_time, pipeline_costs
 from planner.layouts.unit_costs import UnitModel, analytic_units, layout_profile, recompute_ops
 from planner.profile import UNIT_KINDS
 
-ANALYTIC, MEASURED, DERIVED, SCALED = "analytic", "measured", "derived", "scaled"
+ANALYTIC, SCALED = "analytic", "scaled"   # besides "measured" and "derived" (planner.layouts.measured)
 
 
 @dataclass(frozen=True)

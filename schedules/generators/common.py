@@ -1,5 +1,5 @@
 """Shared pieces of the generators: the preamble every generator starts with
-(`setup`: sizes, `adjusted`, recompute; `check_warmup`), the 1F1B-shaped row, and
+(`setup`: sizes, virtual stages, `adjusted`, recompute, a warm-up override), the 1F1B-shaped row, and
 assembling a validated Schedule (one stage per device, or device rows; with the
 swap pass first: swap.swapped_schedule).
 """
@@ -53,7 +53,10 @@ def resolve_adjusted(adjusted, num_stages: int) -> tuple[int, ...]:
 def check_recompute(recompute) -> tuple[str, ...]:
     if isinstance(recompute, str):
         recompute = (recompute,)
-    rec = tuple(recompute)
+    try:
+        rec = tuple(recompute)
+    except TypeError:
+        raise ScheduleError(f"recompute must be a non-empty tuple of op or preset names, got {recompute!r}") from None
     if not rec or not all(isinstance(r, str) and r for r in rec):
         raise ScheduleError(f"recompute must be a non-empty tuple of op or preset names, got {recompute!r}")
     return rec
@@ -62,26 +65,37 @@ def check_recompute(recompute) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Setup:
     """A generator's checked arguments: the pipeline depth p (devices), the
-    micro-batches m, the model stages it builds (p, or 2p for a V), the adjusted
-    model stages and the recompute set they get."""
+    micro-batches m, the model stages it builds (p, or p x V for V per device),
+    the adjusted model stages, the recompute set they get, and the per-device
+    warm-up override (None: the generator's own)."""
     num_devices: int
     num_microbatches: int
     num_stages: int
     adjusted: tuple[int, ...]
     recompute: tuple[str, ...]
+    warmup: tuple[int, ...] | None = None
 
 
-def setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device: int = 1) -> Setup:
-    """The preamble: sizes checked, `adjusted` resolved over the model stages
-    (`stages_per_device` x p of them), the recompute set checked."""
+def setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=1, warmup=None,
+          adjusted_default=None) -> Setup:
+    """The preamble every generator starts with, one rule for all: sizes checked
+    (integers >= 1), `stages_per_device` checked (virtual stages: an integer >= 1),
+    `adjusted` resolved over the model stages (`stages_per_device` x p of them;
+    None means `adjusted_default`), the recompute set checked, and a `warmup`
+    override checked (one integer >= 1 per device)."""
     p, m = check_sizes(num_stages, num_microbatches)
-    n = p * stages_per_device
-    return Setup(p, m, n, resolve_adjusted(adjusted, n), check_recompute(recompute))
+    n = p * check_virtual_stages(stages_per_device)
+    adj = resolve_adjusted(adjusted_default if adjusted is None else adjusted, n)
+    rec = check_recompute(recompute)
+    return Setup(p, m, n, adj, rec, None if warmup is None else check_warmup(warmup, p))
 
 
 def check_warmup(warmup, count: int) -> tuple[int, ...]:
     """A per-row warm-up override: `count` integers >= 1."""
-    warm = tuple(warmup)
+    try:
+        warm = tuple(warmup)
+    except TypeError:
+        raise ScheduleError(f"warmup must hold {count} integers >= 1, got {warmup!r}") from None
     if len(warm) != count or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in warm):
         raise ScheduleError(f"warmup must hold {count} integers >= 1, got {warmup!r}")
     return warm

@@ -15,16 +15,15 @@ lower line: the micro-batch each op works on; see schedules.text.timeline_ascii)
 """
 from __future__ import annotations
 
-from schedules.generators.common import assemble, check_recompute, check_sizes, resolve_adjusted
+from schedules.generators.common import assemble, setup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Action, Kind, Schedule
 
 
 def gpipe(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",),
           swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted(adjusted, p)
-    rec = check_recompute(recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute)
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
     rows = [[Action(s, Kind.F, x) for x in range(m)] + [Action(s, Kind.B, x) for x in range(m)]
             for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)

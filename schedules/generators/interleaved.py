@@ -29,8 +29,7 @@ V=1 gives plain 1F1B's order.
 from __future__ import annotations
 
 from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble_devices, check_recompute, check_sizes, check_virtual_stages,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble_devices, setup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Action, Kind, Schedule
 
@@ -84,11 +83,9 @@ def interleaved(num_stages: int, num_microbatches: int, *, virtual_stages: int =
     """`num_stages` is the pipeline depth p (devices); the schedule has p*V stages.
     `adjusted` names model stages (K: stages 0..K); swap_blocks counts a device's
     blocks (lambda at the last device hosting an adjusted stage)."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    v = check_virtual_stages(virtual_stages)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=virtual_stages)
+    p, m, v, adj, rec = st.num_devices, st.num_microbatches, virtual_stages, st.adjusted, st.recompute
     where = interleaved_stage_to_device(p, v)
-    adj = resolve_adjusted(adjusted, p * v)
-    rec = check_recompute(recompute)
     rows = interleaved_rows(p, m, v)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     return assemble_devices("interleaved", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

@@ -35,8 +35,7 @@ forwards, (F, I) pairs with W delayed d pairs, then the drain.
 from __future__ import annotations
 
 from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble_devices, check_recompute, check_sizes, check_virtual_stages,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble_devices, setup
 from schedules.generators.interleaved import interleaved_stage_to_device
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Action, Kind, Schedule
@@ -102,11 +101,9 @@ def interleaved_zb(num_stages: int, num_microbatches: int, *, virtual_stages: in
                    recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
     """`num_stages` is the pipeline depth p (devices); the schedule has p*V stages.
     `adjusted` names model stages (K: stages 0..K)."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    v = check_virtual_stages(virtual_stages)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=virtual_stages)
+    p, m, v, adj, rec = st.num_devices, st.num_microbatches, virtual_stages, st.adjusted, st.recompute
     where = interleaved_stage_to_device(p, v)
-    adj = resolve_adjusted(adjusted, p * v)
-    rec = check_recompute(recompute)
     rows = interleaved_zb_rows(p, m, v)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     return assemble_devices("interleaved-zb", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

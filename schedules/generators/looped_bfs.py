@@ -24,8 +24,7 @@ p=4, V=2, m=8, each chunk f=1, b=2: makespan 57 (a device's work 48 + 9):
 """
 from __future__ import annotations
 
-from schedules.generators.common import (assemble_devices, check_recompute, check_sizes, check_virtual_stages,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble_devices, setup
 from schedules.generators.interleaved import interleaved_stage_to_device
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Action, Kind, Schedule
@@ -41,11 +40,9 @@ def looped_bfs_row(device: int, num_devices: int, num_microbatches: int, virtual
 def looped_bfs(num_stages: int, num_microbatches: int, *, virtual_stages: int = 2, adjusted=None,
                recompute=("full",), swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
     """`num_stages` is the pipeline depth p (devices); the schedule has p*V stages."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    v = check_virtual_stages(virtual_stages)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=virtual_stages)
+    p, m, v, adj, rec = st.num_devices, st.num_microbatches, virtual_stages, st.adjusted, st.recompute
     where = interleaved_stage_to_device(p, v)
-    adj = resolve_adjusted(adjusted, p * v)
-    rec = check_recompute(recompute)
     rows = [looped_bfs_row(d, p, m, v) for d in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     return assemble_devices("looped-bfs", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

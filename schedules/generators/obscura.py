@@ -48,8 +48,7 @@ from __future__ import annotations
 
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
-from schedules.generators.common import (assemble, check_recompute, check_sizes, check_warmup, one_f_one_b_row,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble, one_f_one_b_row, setup
 from schedules.generators.caps import bisect_caps
 from schedules.generators.relax import StageRelaxation, relaxed_rows
 from schedules.generators.strawman import strawman_warmup
@@ -91,16 +90,14 @@ def migration_caps(num_stages: int, num_microbatches: int, adjusted, costs: Stag
 def obscura(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
             swap_blocks=0, swap_fraction: float = 0.0, warmup=None, costs: StageCosts | None = None
             ) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted("all" if adjusted is None else adjusted, p)
-    rec = check_recompute(recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, warmup=warmup, adjusted_default="all")
+    p, m, adj, rec, warmup = st.num_devices, st.num_microbatches, st.adjusted, st.recompute, st.warmup
     costs = costs if costs is not None else StageCosts.uniform(p, fwd=1.0, bwd=2.0, recompute=1.0)
     if costs.num_stages != p:
         raise ScheduleError(f"costs describe {costs.num_stages} stages, the schedule has {p}")
     fixed = {s: one_f_one_b_row(s, m, min(p - s, m)) for s in range(p) if s not in adj}
     swapping = swap_intent(swap_blocks, swap_fraction, adj)
     if warmup is not None:
-        warmup = check_warmup(warmup, p)
         caps = {s: min(warmup[s], m) for s in adj}
         fixed = {s: one_f_one_b_row(s, m, warmup[s]) for s in fixed}
         for s, lo in min_caps(p, m, adj, [min(w, m) for w in warmup]).items():

@@ -54,7 +54,7 @@ from dataclasses import replace
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.generators.caps import bisect_caps, held_peaks as held_rows_peaks
-from schedules.generators.common import assemble, assemble_devices, check_sizes, check_virtual_stages
+from schedules.generators.common import assemble, assemble_devices, check_warmup, setup
 from schedules.generators.interleaved import interleaved
 from schedules.generators.interleaved_zb import interleaved_zb
 from schedules.generators.device_relax import DeviceRelaxation
@@ -103,11 +103,7 @@ def obscura_transform(base: Schedule, costs: StageCosts, name: str, caps=None, m
     upper = migration_bounds(base, migrate)
     relax = DeviceRelaxation(base, costs)
     if caps is not None:
-        caps = tuple(caps)
-        if len(caps) != base.num_devices or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                                                    for c in caps):
-            raise ScheduleError(f"warmup must hold {base.num_devices} integers >= 1 (one cap per device), "
-                                f"got {caps!r}")
+        caps = check_warmup(caps, base.num_devices)      # one cap per device
         found = relax({d: caps[d] for d in relaxed})
         if found is None:
             raise ScheduleError(f"{name}: caps {caps!r} deadlock (a device cannot run the forwards its "
@@ -142,10 +138,11 @@ def _uniform(num_stages: int, per_device: int) -> StageCosts:
 def obscura_zb_h1(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
                   swap_blocks=0, swap_fraction: float = 0.0, warmup=None, migrate: bool = False,
                   costs: StageCosts | None = None) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    base = zb_h1_capped(p, m, adjusted="all" if adjusted is None else adjusted, recompute=recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, warmup=warmup, adjusted_default="all")
+    p, m = st.num_devices, st.num_microbatches
+    base = zb_h1_capped(p, m, adjusted=st.adjusted, recompute=st.recompute)
     adj = base.adjusted_stages
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", warmup,
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p, 1), "obscura-zb-h1", st.warmup,
                                 migrate, swap_intent(swap_blocks, swap_fraction, adj), swap_fraction)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("obscura-zb-h1", m, add_swaps(rows, lam), adj, base.stages[adj[0]].recompute if adj else (),
@@ -170,13 +167,13 @@ def _on_chunked(name: str, generator, num_stages: int, num_microbatches: int, vi
                 recompute, swap_blocks, swap_fraction: float, warmup, migrate: bool,
                 costs: StageCosts | None) -> Schedule:
     """Obscura's transformation on a chunked order (V model stages per device)."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    v = check_virtual_stages(virtual_stages)
-    base = generator(p, m, virtual_stages=v, adjusted="all" if adjusted is None else adjusted,
-                     recompute=recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=virtual_stages, warmup=warmup,
+               adjusted_default="all")
+    p, m, v = st.num_devices, st.num_microbatches, virtual_stages
+    base = generator(p, m, virtual_stages=v, adjusted=st.adjusted, recompute=st.recompute)
     adj = base.adjusted_stages
     where = base.stage_to_device
-    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v), name, warmup, migrate,
+    rows, _ = obscura_transform(base, costs if costs is not None else _uniform(p * v, v), name, st.warmup, migrate,
                                 swap_intent(swap_blocks, swap_fraction, sorted({where[s] for s in adj})),
                                 swap_fraction)
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))

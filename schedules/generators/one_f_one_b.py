@@ -32,18 +32,16 @@ Recomp-0 (r=1: stage 0's backwards take b+r = 3), makespan 38:
 """
 from __future__ import annotations
 
-from schedules.generators.common import (assemble, check_recompute, check_sizes, check_warmup, one_f_one_b_row,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble, one_f_one_b_row, setup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Schedule
 
 
 def _one_f_one_b(name, num_stages, num_microbatches, adjusted, recompute, swap_blocks, swap_fraction,
-                 warmup=None) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted(adjusted, p)
-    rec = check_recompute(recompute)
-    warmup = tuple(min(p - s, m) for s in range(p)) if warmup is None else check_warmup(warmup, p)
+                 warmup=None, adjusted_default=None) -> Schedule:
+    st = setup(num_stages, num_microbatches, adjusted, recompute, warmup=warmup, adjusted_default=adjusted_default)
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
+    warmup = tuple(min(p - s, m) for s in range(p)) if st.warmup is None else st.warmup
     rows = [one_f_one_b_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble(name, m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
@@ -59,7 +57,5 @@ def one_f_one_b(num_stages: int, num_microbatches: int, *, adjusted=None, recomp
 def recomp(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
            swap_blocks=0, swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
     """Recomp-N: 1F1B with recompute on stages 0..N (adjusted=N); default Recomp-All."""
-    if adjusted is None:
-        adjusted = "all"
     return _one_f_one_b("recomp", num_stages, num_microbatches, adjusted, recompute, swap_blocks,
-                        swap_fraction, warmup)
+                        swap_fraction, warmup, adjusted_default="all")

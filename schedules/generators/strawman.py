@@ -20,8 +20,7 @@ p=4, m=8, f=1, b=2, r=1, adjusted=0 (R = recompute part of a B). Makespan 34
 """
 from __future__ import annotations
 
-from schedules.generators.common import (assemble, check_recompute, check_sizes, one_f_one_b_row,
-                                          resolve_adjusted)
+from schedules.generators.common import assemble, one_f_one_b_row, setup
 from schedules.generators.swap import add_swaps, resolve_swap_blocks
 from schedules.ir import Schedule
 
@@ -39,9 +38,8 @@ def strawman_warmup(num_stages: int, num_microbatches: int, adjusted) -> tuple[i
 
 def strawman(num_stages: int, num_microbatches: int, *, adjusted="all", recompute=("full",),
              swap_blocks=0, swap_fraction: float = 0.0, costs=None) -> Schedule:
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted("all" if adjusted is None else adjusted, p)
-    rec = check_recompute(recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, adjusted_default="all")
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
     warm = strawman_warmup(p, m, adj)
     rows = [one_f_one_b_row(s, m, warm[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)

@@ -91,8 +91,7 @@ w = 1 (a device's work per micro-batch 6), p = 4, m = 8: makespan 51 = 48 + 3:
 """
 from __future__ import annotations
 
-from schedules.generators.common import (assemble, assemble_devices, check_recompute, check_sizes, check_warmup,
-                                          resolve_adjusted, setup)
+from schedules.generators.common import assemble, assemble_devices, setup
 from schedules.generators.interleaved_zb import torch_rank_row
 from schedules.generators.swap import add_swaps, resolve_swap_blocks, swapped_schedule
 from schedules.ir import Action, Kind, Schedule
@@ -113,9 +112,8 @@ def zb_h1_row(stage: int, num_microbatches: int, warmup: int) -> list[Action]:
 def zb_h1(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("full",), swap_blocks=0,
           swap_fraction: float = 0.0, costs=None) -> Schedule:
     """The paper's ZB-H1: torch's interleaved zero-bubble order with one stage per device."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted(adjusted, p)
-    rec = check_recompute(recompute)
+    st = setup(num_stages, num_microbatches, adjusted, recompute)
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
     rows = [torch_rank_row(s, p, m, 1, m, min(p - 1 - s, m), w_delay=s) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("zb-h1", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
@@ -125,10 +123,9 @@ def zb_h1_capped(num_stages: int, num_microbatches: int, *, adjusted=None, recom
                  swap_fraction: float = 0.0, warmup=None, costs=None) -> Schedule:
     """ZB-H1 capped at p-s micro-batches until W; `warmup` (a per-stage tuple) overrides the min(p-s, m) warm-up forwards,
     which are also the micro-batches a stage holds until their W."""
-    p, m = check_sizes(num_stages, num_microbatches)
-    adj = resolve_adjusted(adjusted, p)
-    rec = check_recompute(recompute)
-    warmup = tuple(min(p - s, m) for s in range(p)) if warmup is None else check_warmup(warmup, p)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, warmup=warmup)
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
+    warmup = tuple(min(p - s, m) for s in range(p)) if st.warmup is None else st.warmup
     rows = [zb_h1_row(s, m, warmup[s]) for s in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, adj)
     return assemble("zb-h1-capped", m, add_swaps(rows, lam), adj, rec, lam, swap_fraction)
@@ -216,10 +213,9 @@ def zb_v(num_stages: int, num_microbatches: int, *, adjusted=None, recompute=("f
          swap_fraction: float = 0.0, costs=None) -> Schedule:
     """`num_stages` is the pipeline depth p (devices); the schedule has 2p stages.
     `adjusted` names model stages (K: stages 0..K)."""
-    p, m = check_sizes(num_stages, num_microbatches)
+    st = setup(num_stages, num_microbatches, adjusted, recompute, stages_per_device=2)
+    p, m, adj, rec = st.num_devices, st.num_microbatches, st.adjusted, st.recompute
     where = zb_v_stage_to_device(p)
-    adj = resolve_adjusted(adjusted, 2 * p)
-    rec = check_recompute(recompute)
     rows = [zb_v_row(d, p, m) for d in range(p)]
     lam = resolve_swap_blocks(swap_blocks, swap_fraction, rows, sorted({where[s] for s in adj}))
     return assemble_devices("zb-v", m, add_swaps(rows, lam), where, adj, rec, swap_fraction)

@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 # llama2-7b shapes, 2 layers over 2 stages, GPipe (every forward before the
-# backwards): weights ~10.7 GB, activations a few GB, on any lent GPU
+# backwards): weights ~10.7 GB, activations a few GB
 RUN = ["train", "--model", "llama2-7b", "--layers", "2", "--compute-dtype", "bfloat16", "--stages", "2",
        "--schedule", "gpipe", "--microbatches", "8", "--micro-batch-size", "1", "--seq-len", "2048",
        "--devices", "gpu", "--steps", "2", "--no-progress", "--cost-reps", "1"]

@@ -54,7 +54,7 @@ def test_docstring_pictures_are_current(module, name, kw):
     assert picture in doc
 
 
-# Today's schedules (issue 10): grids with stage-first actions on device rows, and charts
+# Today's schedules: grids with stage-first actions on device rows, and charts
 # with a third line naming each op's stage. Costs are per model stage.
 ZOO_CASES = {
     "zbh1_p4_m8": ("zb-h1", 4, 8, {}, 4),

@@ -156,7 +156,7 @@ def _v2(where, devices, m=1):
 ])
 def test_schedule_files_past_the_bounds_are_one_line_at_once(tmp_path, data, needle):
     """Checked before anything is built: each answers within a second of this
-    process's CPU time (issue 24; CPU, not wall time: a busy machine is not a bug)."""
+    process's CPU time (CPU, not wall time: a busy machine is not a bug)."""
     import time
     path = tmp_path / "s.json"
     path.write_text(json.dumps(data))

@@ -1,4 +1,4 @@
-"""schedules.jsonio's input and output guards (issue 24, for Python API users): only a
+"""schedules.jsonio's input and output guards (for Python API users): only a
 regular file is opened, within a size bound; JSON too deep or with a huge integer is
 one line naming the file; an existing FIFO or device node is never replaced."""
 import os

@@ -174,7 +174,7 @@ def test_missing_file_and_micro_batch_count(tmp_path):
     ("x" * 200_000 + "\n", "torch CSV: line 1: field larger than field limit"),
 ])
 def test_csv_past_the_bounds_is_one_line_at_once(text, needle):
-    """Bounded before anything is built (issue 24): one line within a second of
+    """Bounded before anything is built: one line within a second of
     this process's CPU time (not wall time: a busy machine is not a bug)."""
     import time
     t0 = time.process_time()

@@ -1,4 +1,4 @@
-"""The checkpoint directory's lock and metrics log (issue 13): a second run on a
+"""The checkpoint directory's lock and metrics log: a second run on a
 directory stops at once naming the holder, a dead holder's record is taken over
 with one warning, and the metrics log holds every step exactly once across a kill
 and a resume (these two with real `obscura train` processes, bounded in time)."""

@@ -30,7 +30,7 @@ from tests.obscura_jax.numerics_cases import (B, CASES, IDS, M, MP_ZOO_CASES, MP
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]   # the launcher forks to exec
-LAUNCH_TIMEOUT = 1200   # a hang bound for a busy 2-core box (24 runs in one launch, measured costs on the zoo ones)
+LAUNCH_TIMEOUT = 1200   # a hang bound for a busy 2-core CPU machine (24 runs in one launch, measured costs on the zoo ones)
 
 
 def model_reference(name: str):

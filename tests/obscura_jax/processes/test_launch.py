@@ -113,7 +113,7 @@ def _launch_in_child(env: dict, extra_env: dict | None, timeout: float = 120) ->
     ({}, {"OBSCURA_HEARTBEAT_SECONDS": "-1"}, "OBSCURA_HEARTBEAT_SECONDS"),
 ], ids=["xla-flags", "stall", "heartbeat"])
 def test_crashing_children_exit_non_zero_with_their_line_on_stderr(env, extra_env, cause):
-    """Every child crashes (issue 24: the launcher once exited 0 when all had ended
+    """Every child crashes (the launcher once exited 0 when all had ended
     before it looked): a non-zero exit, each message once on stderr naming the
     process that said it, every process's status at the end; stdout keeps no error."""
     rc, out, err = _launch_in_child(env, extra_env)

@@ -1,10 +1,10 @@
-"""The bad-input contract every sub-command keeps (issue 13): exit 2, exactly one
+"""The bad-input contract every sub-command keeps: exit 2, exactly one
 line on stderr naming the problem, no traceback, and no file written.
 
 `check(capsys, tmp_path, argv, needle)` runs `obscura argv` in-process (cli.main,
 argparse's own exits included) with the working directory at tmp_path, and checks
-all four; `{tmp}` in argv stands for tmp_path. `odd_files(tmp_path)` makes the inputs
-of issue 24 there: a FIFO, JSON nested 200,000 deep, a 5,000-digit integer, schedule
+all four; `{tmp}` in argv stands for tmp_path. `odd_files(tmp_path)` makes the odd
+inputs there: a FIFO, JSON nested 200,000 deep, a 5,000-digit integer, schedule
 files past the pipeline bounds, an empty token file."""
 import json
 import os

@@ -76,7 +76,7 @@ def test_compare_on_two_processes_with_two_devices_each(tmp_path):
     assert (tmp_path / "table.txt").exists() and (tmp_path / "measured.png").exists()
 
 
-# ---- issue 13: bad input, and SIGINT at random moments ----
+# ---- bad input, and SIGINT at random moments ----
 from tests.obscura_jax.cli.commands import badinput  # noqa: E402
 
 C = ["compare", "--model", "llama2-tiny", "--stages", "2", "--microbatches", "2", "--seq-len", "16",
@@ -102,7 +102,7 @@ BAD = [
     (C + ["--schedules", "1f1b", "--microbatches", "100000", "--out", "{tmp}/o"], "--microbatches must be <= 4096"),
     (C + ["--schedules", "1f1b", "--lr", "-1", "--out", "{tmp}/o"], "--lr must be > 0"),
     (C + ["--schedules", "1f1b"], "the following arguments are required: --out"),
-    # issue 24
+    # integers past their bounds, odd files
     (C + ["--schedules", "1f1b", "--seed", "-1", "--out", "{tmp}/o"], "--seed must be an integer in 0.."),
     (C + ["--schedules", "interleaved", "--virtual-stages", "100000", "--out", "{tmp}/o"],
      "--virtual-stages 100000 on 2 stages"),
@@ -124,7 +124,7 @@ def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
 
 
 def test_an_out_another_compare_holds_is_refused(capsys, tmp_path, monkeypatch):
-    """Two compares on one --out would both say "wrote" (issue 24): the second
+    """Two compares on one --out would both say "wrote": the second
     stops at once with one line naming the holder (the lock beside --out, as a
     checkpoint dir's)."""
     from obscura_jax.checkpoints.directory import DirectoryLock, beside_lock

@@ -1,4 +1,4 @@
-"""`obscura compare` interrupted (issue 13): SIGINT at three random moments of a run
+"""`obscura compare` interrupted: SIGINT at three random moments of a run
 (a subprocess each; moments drawn anew on every run of the suite) leaves --out absent
 or one whole run's outputs, never a truncated file or files of two runs, and the
 process exits 0 or 130 with one line. Its own file: the longest compare test, given

@@ -52,7 +52,7 @@ def test_unknown_attention_impl_is_rejected_by_the_parser(capsys):
     assert e.value.code == 2
 
 
-# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+# ---- every bad input is one line, exit 2, no traceback, nothing written ----
 from tests.obscura_jax.cli.commands import badinput  # noqa: E402
 
 BAD = [

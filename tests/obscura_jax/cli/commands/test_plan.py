@@ -116,7 +116,7 @@ def test_malformed_json_and_missing_files(capsys, tmp_path):
     assert rc == 2 and "unknown model" in err
 
 
-# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+# ---- every bad input is one line, exit 2, no traceback, nothing written ----
 from tests.obscura_jax.cli.commands import badinput  # noqa: E402
 
 PLAN = ["plan", "--profile", "{prof}", "--stages", "4", "--microbatches", "8"]
@@ -145,7 +145,7 @@ BAD = [
     (["plan", "--stages", "4", "--microbatches", "8", "--memory-limit", "1GiB"],
      "obscura plan: error: one of the arguments --profile --analytic is required"),
     (PLAN, "the following arguments are required: --memory-limit"),
-    # issue 24: every input is read before an output is written
+    # every input is read before an output is written
     (PLAN + ["--memory-limit", "1GiB", "--calibration", "{tmp}/latin1.json", "--json", "{tmp}/out.json"],
      "is not UTF-8 text"),
     (PLAN + ["--memory-limit", "1GiB", "--calibration", "{tmp}/deep.json", "--json", "{tmp}/out.json"],

@@ -1,5 +1,5 @@
-"""`obscura profile`: bad input is one line, exit 2, no traceback, nothing written
-(issue 13); every flag is checked before JAX starts measuring. (The measuring
+"""`obscura profile`: bad input is one line, exit 2, no traceback, nothing written;
+every flag is checked before JAX starts measuring. (The measuring
 itself is tested in tests/obscura_jax/profiling/test_profiler.py and test_plan.py.)"""
 import pytest
 

@@ -101,7 +101,7 @@ def test_simulate_never_imports_jax():
     assert r.returncode == 0, r.stderr
 
 
-# ---- issue 10: today's schedules, their files, torch CSV and trace export ----
+# ---- today's schedules, their files, torch CSV and trace export ----
 
 @pytest.mark.parametrize("argv,makespan,held", [
     (["--schedule", "1f1b", "--fwd", "1", "--bwd", "2"], 33, [4, 3, 2, 1]),
@@ -159,7 +159,7 @@ def test_zoo_bad_input_is_one_line(capsys, argv, needle):
     assert rc == 2 and err.count("\n") == 1 and needle in err
 
 
-# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+# ---- every bad input is one line, exit 2, no traceback, nothing written ----
 from tests.obscura_jax.cli.commands import badinput  # noqa: E402
 
 S = ["simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8"]
@@ -197,7 +197,7 @@ BAD = [
     (["simulate", "--from-torch-csv", "{tmp}/latin1.json"], "is not UTF-8 text"),
     (S + ["--costs", "{tmp}/latin1.json"], "--costs {tmp}/latin1.json is not UTF-8 text"),
     (["simulate", "--from-schedule", "{tmp}/nosuchop.json"], "unknown recompute op or preset 'nosuchop'"),
-    # issue 24: odd files (badinput.odd_files), before anything is read or built
+    # odd files (badinput.odd_files), before anything is read or built
     (S + ["--json", "{tmp}/fifo"], "is a FIFO, not a regular file: refusing to replace it"),
     (S + ["--gantt", "{tmp}/fifo.png"], "--gantt {tmp}/fifo.svg: is a FIFO"),
     (S + ["--costs", "/dev/zero"], "--costs /dev/zero: is a character device, not a regular file"),

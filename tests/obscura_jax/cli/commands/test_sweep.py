@@ -112,7 +112,7 @@ def test_outputs_are_not_corrupted_by_a_failed_run(capsys, tmp_path):
     assert rc == 2 and json.loads(js.read_text()) == {"keep": True}
 
 
-# ---- issue 13: every bad input is one line, exit 2, no traceback, nothing written ----
+# ---- every bad input is one line, exit 2, no traceback, nothing written ----
 from tests.obscura_jax.cli.commands import badinput  # noqa: E402
 
 SW = ["sweep", "--model", "llama2-13b", "--seq-len", "2048", "--gpus", "8"] + SMALL
@@ -129,7 +129,7 @@ BAD = [
     (SW + ["--pp", "1,x"], "expected comma-separated integers"),
     (SW + ["--measured", "{tmp}/latin1.json"], "is not UTF-8 text"),
     (SW + ["--top", "-1"], "--top must be >= 0"),
-    # issue 24
+    # integers past their bounds, odd files
     (SW + ["--seq-len", "100000"], "--seq-len must be <= 32768, got 100000"),
     (SW + ["--gpus", str(2 ** 63)], f"--gpus must be <= 65536, got {2 ** 63}"),
     (SW + ["--global-batch", str(2 ** 40)], "--global-batch must be <= 16777216"),

@@ -177,7 +177,7 @@ BAD = [
     (["--swap-fraction", "1.5"], "swap"),
     (["--resume"], "--checkpoint-dir"),
     (["--plan", "/nonexistent/plan.json"], "not found"),
-    # issue 13
+    # a plan beside flags it fixes; values out of range
     (["--schedule", "gpipe", "--plan", "/nonexistent/plan.json"], "--plan fixes the schedule"),
     (["--swap-blocks", "1", "--plan", "/nonexistent/plan.json"], "drop --swap-blocks"),
     (["--weight-decay=-1"], "--weight-decay must be finite and >= 0"),
@@ -204,12 +204,12 @@ BAD = [
     (["--warmup-steps", "-1"], "must be >= 0"),
     (["--schedule", "interleaved", "--virtual-stages", "0"], "--virtual-stages"),
     (["--schedule", "1f1b", "--virtual-stages", "2"], "virtual"),
-    # issue 24
+    # integers past their bounds
     (["--seed", "-1"], "--seed must be an integer in 0..9223372036854775807"),
     (["--seed", str(2 ** 63)], f"--seed must be an integer in 0..9223372036854775807 (2**63 - 1), got {2 ** 63}"),
     (["--schedule", "interleaved", "--virtual-stages", "100000"],
      "--virtual-stages 100000 on 4 stages: number of stages must be <= 1024"),
-    # issue 21: stage meshes (BASE: 4 stages on cpu:4, micro-batch 2)
+    # stage meshes (BASE: 4 stages on cpu:4, micro-batch 2)
     (["--data-parallel", "2"], "4 pipeline devices x 2 data x 1 tensor = 8 devices, but the run has 4 "
                                "(--devices): they must be equal"),
     (["--stages", "1", "--tensor-parallel", "3", "--devices", "cpu:3"],
@@ -283,7 +283,7 @@ def test_issue13_file_inputs(tmp_path, capsys, monkeypatch):
                           (["--json", "{tmp}"], "is a directory"),
                           (["--compute-dtype", "float64"], "argument --compute-dtype: invalid choice"),
                           (["--lr", "-1e-3"], "--lr must be > 0"),
-                          # issue 24: odd files (badinput.odd_files)
+                          # odd files (badinput.odd_files)
                           (["--data", "{tmp}/empty.npy"], "empty.npy is empty"),
                           (["--data", "{tmp}/fifo"], "--data {tmp}/fifo: is a FIFO, not a regular file"),
                           (["--data", "/dev/zero"], "--data /dev/zero: is a character device"),
