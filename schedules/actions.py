@@ -137,6 +137,7 @@ KINDS: dict[Kind, KindRule] = {
     _SI: KindRule(_SI, _waits_swap_in, HOST_IN, _swap_time, False, (("start", "swap_in"),)),
 }
 LANE_OF: dict[Kind, str] = {k: r.lane for k, r in KINDS.items()}
+COMPUTE_KINDS: tuple[Kind, ...] = tuple(k for k, r in KINDS.items() if r.lane == COMPUTE)   # F, B, I, W
 
 
 def effective_kind(kind: Kind, split: bool) -> Kind:

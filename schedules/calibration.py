@@ -123,7 +123,7 @@ class RunSample:
 
     @property
     def compute_actions(self) -> int:
-        return sum(1 for row in self.schedule.rows for a in row if a.kind.value in ("F", "B", "I", "W"))
+        return sum(1 for row in self.schedule.rows for a in row if a.is_compute)
 
 
 def predict(sample: RunSample, cal: Calibration) -> float:

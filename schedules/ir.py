@@ -48,7 +48,6 @@ class Kind(str, enum.Enum):
     __hash__ = str.__hash__
 
 
-COMPUTE_KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 BACKWARD_INPUT_KINDS = (Kind.B, Kind.I)     # the step that sends a gradient upstream
 _SHORT_RE = re.compile(r"^(SO|SI|F|B|I|W)([0-9]+)$")   # ASCII digits (\d takes any script's)
 _LONG_RE = re.compile(r"^([0-9]+)(SO|SI|F|B|I|W)([0-9]+)$")
@@ -88,6 +87,8 @@ class Action(_ActionFields):
 
     @property
     def is_compute(self) -> bool:
+        """Whether it runs on its device's compute lane (schedules.actions.KINDS)."""
+        from schedules.actions import COMPUTE_KINDS  # lazy: schedules.actions builds on this module
         return self.kind in COMPUTE_KINDS
 
     @classmethod
