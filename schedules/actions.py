@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from schedules.costs import StageCosts
-from schedules.ir import Action, Kind, action
+from schedules.kinds import Action, Kind, action
 
 COMPUTE, HOST_OUT, HOST_IN = "compute", "host_out", "host_in"
 LANES = (COMPUTE, HOST_OUT, HOST_IN)

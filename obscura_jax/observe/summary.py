@@ -216,9 +216,10 @@ def measured_with_recompute(outcome) -> Timeline | None:
     tl, measured = measured_step(outcome), outcome.measured
     if tl is None or measured is None:
         return tl
-    stages = outcome.pipeline.schedule.stages
-    shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
-              for s, spec in enumerate(stages)]
+    sched = outcome.pipeline.schedule
+    shares = [measured.costs.recompute_share(s, spec.adjusted, any(sched.effective_kind(a) is Kind.I
+                                                                   for a in spec.actions))
+              for s, spec in enumerate(sched.stages)]
     return with_recompute_shares(tl, shares)
 
 
