@@ -278,7 +278,7 @@ def fold_levels(events) -> tuple[float, float]:
 def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
     """Peak of the block step function plus the inbox (frees first at equal times):
     F takes its input, the backward-input step its gradient, which a split
-    backward's W releases (the table's inbox column)."""
+    backward's W releases (the inbox rule of schedules/actions.py)."""
     events = []
     prev = 0.0
     for t, total in steps:
