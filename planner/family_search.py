@@ -36,6 +36,7 @@ from planner.recompute_options import Option, stage_options
 from planner.search import BETA_GRID, Config, Evaluation, Setting, rank, recompute_names
 from planner.time_model import swap_hides
 from schedules import Kind, Schedule, ScheduleError, StageCosts, generate
+from schedules.actions import COMPUTE_KINDS
 from schedules.generators.caps import held_peaks as held_blocks
 from schedules.generators.common import assemble_devices, warmup_count
 from schedules.generators.swap import add_swaps
@@ -65,7 +66,7 @@ class FamilyResult:
 
 def compute_rows(schedule: Schedule) -> list[list]:
     """The schedule's device rows without its swaps."""
-    return [[a for a in row if a.is_compute] for row in schedule.rows]
+    return [[a for a in row if a.kind in COMPUTE_KINDS] for row in schedule.rows]
 
 
 def _placed(name: str, base: Schedule, rows, swap_blocks, beta: float) -> Schedule:

@@ -11,10 +11,11 @@
     SI    SO(s, x)                          host_in   as SO                                  start: the share comes back
 
 A B whose micro-batch also has a W on its stage is the input half, the older
-spelling of I (schedules/ir.py): it is an I in every column (`effective_kind`).
-Inbox (schedules.memory): F(s-1, x) puts the activation F(s, x) takes at its
-start; the backward-input step of (s+1, x) puts the gradient that B(s, x) takes at
-its start, or that W(s, x) releases at its end when the backward is split.
+spelling of I (schedules/kinds.py): it is an I in every column (`effective_kind`,
+the one place that says so; `Schedule.effective_kind` applies it to a schedule).
+Inbox: F(s-1, x) puts the activation F(s, x) takes at its start; the
+backward-input step of (s+1, x) puts the gradient that B(s, x) takes at its start,
+or that W(s, x) releases at its end when the backward is split (an I keeps it).
 
 Lanes: a device runs its compute lane (F, B, I, W of all its stages) in row
 order; its host links run SO and SI, one at a time each, full duplex and apart
@@ -24,10 +25,17 @@ also after the SO listed before it ("evict one block before loading one").
 An input from another device arrives p2p_time of the boundary after it ends; a
 link next to a swapping stage keeps 1 - link_sharing of its bandwidth.
 
-`priced` applies the table to one schedule's actions under one StageCosts; the
-list scheduler (schedules/list_schedule.py: the simulator, the relaxations, the
-measured timeline) reads what it returns, and the memory fold (schedules.memory),
-the runtime's ledger and the measured timeline's lanes read `KINDS`.
+Who reads the table: `priced` applies its waits, lane, duration and recomputes
+columns to one schedule's actions under one StageCosts, and the list scheduler
+(schedules/list_schedule.py: the simulator, the relaxations, the measured
+timeline) reads what it returns; schedules.deps reads waits; the memory fold
+(schedules.memory) the memory column; the runtime's stage workers
+(obscura_jax.runtime.worker) the memory and inbox columns, which they note in the
+MemoryLedger; the lane column, through `LANE_OF` and `COMPUTE_KINDS`, every place
+that asks whether an action computes or on which lane it runs (the IR's overlapped
+pairs, timeline statistics, trace tracks, the measured timeline's events, the
+run summary, the swap pass, the torch CSV). The inbox of the memory fold
+(schedules.memory._held) follows the inbox rule above without reading the column.
 """
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from schedules.costs import StageCosts
-from schedules.ir import Action, Kind, action
+from schedules.kinds import Action, Kind, action
 
 COMPUTE, HOST_OUT, HOST_IN = "compute", "host_out", "host_in"
 LANES = (COMPUTE, HOST_OUT, HOST_IN)
@@ -109,11 +117,11 @@ def _swap_time(st: StagePrice) -> float:
 
 @dataclass(frozen=True)
 class KindRule:
-    """One row of the table. `memory`: (start or end, effect) in the order the fold
+    """One row of the table. `recomputes`: its duration holds the stage's recompute
+    (`priced`'s recompute part); `memory`: (start or end, effect) in the order the fold
     applies them (schedules.memory names the effects); `inbox`: what the action does
     to its own stage's inbox ("take_input", "take_grad", "release_grad") and at which
-    end; `puts`: the inbox it fills at its start, the next stage's ("input") or the
-    previous one's ("grad")."""
+    end. Every message an action sends is put into its consumer's inbox."""
     kind: Kind
     waits: Callable[[int, int, Has, int], tuple[Action, ...]]
     lane: str
@@ -121,22 +129,21 @@ class KindRule:
     recomputes: bool                       # the duration holds the stage's recompute
     memory: tuple[tuple[str, str], ...]
     inbox: tuple[tuple[str, str], ...] = ()
-    puts: str = ""
 
 
 KINDS: dict[Kind, KindRule] = {
     _F: KindRule(_F, _waits_forward, COMPUTE, _forward_time, False, (("start", "alloc"),),
-                 (("start", "take_input"),), "input"),
+                 (("start", "take_input"),)),
     _B: KindRule(_B, _waits_backward, COMPUTE, _backward_time, True, (("end", "free"),),
-                 (("start", "take_grad"),), "grad"),
-    _I: KindRule(_I, _waits_backward, COMPUTE, _input_grad_time, True, (("start", "remat"), ("end", "input_grad")),
-                 (), "grad"),
+                 (("start", "take_grad"),)),
+    _I: KindRule(_I, _waits_backward, COMPUTE, _input_grad_time, True, (("start", "remat"), ("end", "input_grad"))),
     _W: KindRule(_W, _waits_weight_grad, COMPUTE, _weight_grad_time, False, (("end", "free"),),
                  (("end", "release_grad"),)),
     _SO: KindRule(_SO, _waits_swap_out, HOST_OUT, _swap_time, False, (("end", "swap_out"),)),
     _SI: KindRule(_SI, _waits_swap_in, HOST_IN, _swap_time, False, (("start", "swap_in"),)),
 }
 LANE_OF: dict[Kind, str] = {k: r.lane for k, r in KINDS.items()}
+COMPUTE_KINDS: tuple[Kind, ...] = tuple(k for k, r in KINDS.items() if r.lane == COMPUTE)   # F, B, I, W
 
 
 def effective_kind(kind: Kind, split: bool) -> Kind:
@@ -255,7 +262,8 @@ def priced(rows: Sequence[Sequence[Action]], num_stages: int, stage_to_device: S
     st = structure(rows, num_stages, stage_to_device, overlapped)
     table = [{k: r.duration(price) for k, r in KINDS.items()} for price in stages]
     recompute = [price.recompute for price in stages]
+    recomputing = {k for k, r in KINDS.items() if r.recomputes}
     dur = [table[a[0]][k] for a, k in zip(st.actions, st.kind)]
-    rec = [recompute[a[0]] if k is _B or k is _I else 0.0 for a, k in zip(st.actions, st.kind)]
+    rec = [recompute[a[0]] if k in recomputing else 0.0 for a, k in zip(st.actions, st.kind)]
     return Priced(st.actions, st.kind, st.rows, st.device_of, st.lane, st.deps, st.woken, st.pair, dur, rec,
                   [*lags, 0.0])

@@ -26,6 +26,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from schedules.actions import COMPUTE_KINDS
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.generators import generate
@@ -123,7 +124,7 @@ class RunSample:
 
     @property
     def compute_actions(self) -> int:
-        return sum(1 for row in self.schedule.rows for a in row if a.kind.value in ("F", "B", "I", "W"))
+        return sum(1 for row in self.schedule.rows for a in row if a.kind in COMPUTE_KINDS)
 
 
 def predict(sample: RunSample, cal: Calibration) -> float:

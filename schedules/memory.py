@@ -118,6 +118,37 @@ def _event(effect: str, st: StageMemory, o):
     return (0, "input_grad_free") if st.freed_by_input_grad else None
 
 
+INBOX_EFFECTS = {"put": 1, "take_input": -1, "take_grad": -1, "release_grad": -1}   # the inbox column's, signed
+
+
+def measured_effect(effect: str, block: tuple[float, float] | None, nbytes: float, host_bytes: float = 0.0):
+    """One effect of the table's memory (or inbox) column sized as measured, not from
+    a StageMemory: what the runtime's MemoryLedger applies. `block`: the (device,
+    host) bytes of the action's block (host: offloaded or swapped out), None before
+    its alloc -> (device change, host change, the block after; None once freed).
+    The same effects as Levels.apply: alloc (the block is `nbytes`, `host_bytes`),
+    swap_out / swap_in (`nbytes` move to host / back), remat (`nbytes` more),
+    input_grad (the block becomes what W reads, `nbytes` and `host_bytes`, as
+    input_grad_hold does), free (all of it goes); and the inbox's: `nbytes` put
+    into it, or taken or released from it (INBOX_EFFECTS)."""
+    dev, host = block if block is not None else (0.0, 0.0)
+    if effect in INBOX_EFFECTS:
+        return INBOX_EFFECTS[effect] * nbytes, 0.0, block
+    if effect in ("alloc", "input_grad"):
+        return nbytes - dev, host_bytes - host, (nbytes, host_bytes)
+    if effect == "swap_out":
+        moved = min(nbytes, dev)
+        return -moved, moved, (dev - moved, host + moved)
+    if effect == "swap_in":
+        back = min(nbytes, host)
+        return back, -back, (dev + back, host - back)
+    if effect == "remat":
+        return nbytes, 0.0, (dev + nbytes, host)
+    if effect == "free":
+        return -dev, -host, None
+    raise ValueError(f"unknown memory effect {effect!r}")
+
+
 def _block_events(ops, memory):
     """Every op's memory effects (the table's column), sorted by time, frees first."""
     has_w = split_blocks((o.stage, o.kind, o.microbatch) for o in ops)
@@ -247,7 +278,7 @@ def fold_levels(events) -> tuple[float, float]:
 def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
     """Peak of the block step function plus the inbox (frees first at equal times):
     F takes its input, the backward-input step its gradient, which a split
-    backward's W releases (the table's inbox column)."""
+    backward's W releases (the inbox rule of schedules/actions.py)."""
     events = []
     prev = 0.0
     for t, total in steps:

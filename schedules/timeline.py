@@ -33,8 +33,9 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from schedules.deps import dependencies
+from schedules.actions import COMPUTE_KINDS
 from schedules.errors import ScheduleError
-from schedules.ir import BACKWARD_INPUT_KINDS, COMPUTE_KINDS, Action, Kind, action
+from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, action
 from schedules.iteration import OptimizerStep
 from schedules.memory import StageMemory, device_memory
 

@@ -37,6 +37,7 @@ import os
 import re
 from pathlib import Path
 
+from schedules.actions import COMPUTE_KINDS
 from schedules.bounds import MAX_STAGES, check_action_count, check_index, check_pipeline_size
 from schedules.jsonio import read_text, write_text_atomic
 from schedules.errors import ScheduleError
@@ -170,12 +171,11 @@ def to_torch_csv(schedule: Schedule) -> str:
     writer = csv.writer(out, lineterminator="\n")
     second = {b: a for a, b in schedule.overlapped}
     for row in schedule.rows:
-        split = {(a.stage, a.microbatch) for a in row if a.kind is Kind.W}
         cells = []
         for a in row:
-            if not a.is_compute:
+            if a.kind not in COMPUTE_KINDS:
                 continue
-            kind = Kind.I if a.kind is Kind.B and (a.stage, a.microbatch) in split else a.kind
+            kind = schedule.effective_kind(a)
             text = f"{a.stage}{kind.value}{a.microbatch}"
             if a in second:
                 cells[-1] = f"({cells[-1]};{text})OVERLAP_F_B"

@@ -27,13 +27,13 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from schedules.actions import COMPUTE, HOST_IN, HOST_OUT, KINDS
 from schedules.errors import ScheduleError
-from schedules.ir import Kind
 from schedules.jsonio import write_json_atomic
 from schedules.timeline import Timeline
 
-LANES = {Kind.SO: (1, "swap out (SO)"), Kind.SI: (2, "swap in (SI)")}
 COMPUTE_LANE = (0, "compute")
+TRACKS = {COMPUTE: COMPUTE_LANE, HOST_OUT: (1, "swap out (SO)"), HOST_IN: (2, "swap in (SI)")}  # per table lane
 TRANSFER_LANE = (3, "transfers in")
 TRACKS_PER_STAGE = 4
 
@@ -64,6 +64,11 @@ def track(timeline: Timeline, stage: int, lane: int) -> tuple[int, int]:
     return d, TRACKS_PER_STAGE * k + lane
 
 
+def _track(kind) -> tuple[int, str]:
+    """(lane index, name) of a kind's track: its lane in the per-kind table."""
+    return TRACKS[KINDS[kind].lane]
+
+
 def trace_events(timeline: Timeline, seconds_per_unit: float = 1.0, *, transfers: Sequence[Transfer] = (),
                  iteration: Iteration | None = None) -> dict:
     """The trace-event JSON object of `timeline` (and its transfers and step)."""
@@ -76,7 +81,7 @@ def trace_events(timeline: Timeline, seconds_per_unit: float = 1.0, *, transfers
         events += _meta(d, 0, "process_name", name) + _meta(d, 0, "process_sort_index", d, "sort_index")
         for s in mine:
             ops = timeline.stage_ops(s)
-            lanes = {COMPUTE_LANE} | {LANES[o.kind] for o in ops if o.kind in LANES}
+            lanes = {COMPUTE_LANE} | {_track(o.kind) for o in ops}
             if any(t.dst == s for t in transfers):
                 lanes.add(TRANSFER_LANE)
             for lane, what in sorted(lanes):
@@ -84,7 +89,7 @@ def trace_events(timeline: Timeline, seconds_per_unit: float = 1.0, *, transfers
                 label = f"stage {s}" if lane == 0 else f"stage {s} {what}"
                 events += _meta(d, tid, "thread_name", label) + _meta(d, tid, "thread_sort_index", tid, "sort_index")
     for o in timeline.ops:
-        pid, tid = track(timeline, o.stage, LANES.get(o.kind, COMPUTE_LANE)[0])
+        pid, tid = track(timeline, o.stage, _track(o.kind)[0])
         args = {"stage": o.stage, "microbatch": o.microbatch}
         if o.recompute:
             args["recompute_us"] = o.recompute * us

@@ -253,7 +253,7 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
     for s in pipe.local_stages:
         prog, st, spec = pipe.programs[s], states[s], pipe.schedule.stages[s]
         x, targets = stage_inputs(pipe, s)
-        split = any(a.kind in (Kind.I, Kind.W) for a in spec.actions)
+        split = any(pipe.schedule.effective_kind(a) is Kind.I for a in spec.actions)
         t = time_stage(prog, st.params, x, targets, timing, first, split=split)
         first = False
         row = {"adjusted_bwd": t.bwd, "act_bytes_recompute": prog.residual_bytes,

@@ -16,6 +16,7 @@ import numpy as np
 
 from obscura_jax.observe.step_time import median_step, spread, timed
 from obscura_jax.runtime.residuals import HOST_MEMORY_KINDS
+from schedules.actions import COMPUTE, KINDS
 from schedules.ir import Kind
 from schedules.simulator import iteration_time, on_one_device, stage_memory
 from schedules.timeline import Timeline, with_recompute_shares
@@ -215,9 +216,10 @@ def measured_with_recompute(outcome) -> Timeline | None:
     tl, measured = measured_step(outcome), outcome.measured
     if tl is None or measured is None:
         return tl
-    stages = outcome.pipeline.schedule.stages
-    shares = [measured.costs.recompute_share(s, spec.adjusted, any(a.kind is Kind.I for a in spec.actions))
-              for s, spec in enumerate(stages)]
+    sched = outcome.pipeline.schedule
+    shares = [measured.costs.recompute_share(s, spec.adjusted, any(sched.effective_kind(a) is Kind.I
+                                                                   for a in spec.actions))
+              for s, spec in enumerate(sched.stages)]
     return with_recompute_shares(tl, shares)
 
 
@@ -258,9 +260,9 @@ def stage_measured(timeline: Timeline, stage: int, alone: bool) -> dict:
     if alone:
         return {k: getattr(timeline.stages[timeline.device_of(stage)], k) for k in MEASURED_KEYS}
     own = timeline.stage_ops(stage)
-    return {"compute": sum(o.duration for o in own if o.kind in (Kind.F, Kind.B, Kind.I, Kind.W)),
+    return {"compute": sum(o.duration for o in own if KINDS[o.kind].lane == COMPUTE),
             "forward_bubble": None, "backward_bubble": None, "comm_wait": None,
-            "swap": sum(o.duration for o in own if o.kind in (Kind.SO, Kind.SI))}
+            "swap": sum(o.duration for o in own if KINDS[o.kind].lane != COMPUTE)}
 
 
 def pipeline_devices(schedule, measured, sim, timeline) -> list[dict]:
@@ -291,12 +293,13 @@ def swapped_bytes_per_iteration(schedule, stage_facts: list[dict], kind: Kind) -
 
 
 def swap_overlap(timeline: Timeline, devices) -> float | None:
-    """Share of the measured SO/SI time that ran while its device was computing
-    (an in-run view of how well copies hide; the no-swap comparison in
-    experiments.benchmark is the end-to-end one)."""
+    """Share of the measured SO/SI time (the host lanes) that ran while its device
+    was computing: running any action of the compute lane (schedules.actions.KINDS:
+    F, B, I, W). An in-run view of how well copies hide; the no-swap comparison in
+    experiments.benchmark is the end-to-end one."""
     busy: dict[int, list[tuple[float, float]]] = {}
     for o in timeline.ops:
-        if o.kind in (Kind.F, Kind.B):
+        if KINDS[o.kind].lane == COMPUTE:
             busy.setdefault(devices[o.stage].id, []).append((o.start, o.end))
     merged = {}
     for dev, spans in busy.items():
@@ -310,7 +313,7 @@ def swap_overlap(timeline: Timeline, devices) -> float | None:
         merged[dev] = out
     total = hidden = 0.0
     for o in timeline.ops:
-        if o.kind not in (Kind.SO, Kind.SI) or o.end <= o.start:
+        if KINDS[o.kind].lane == COMPUTE or o.end <= o.start:
             continue
         total += o.end - o.start
         for a, b in merged.get(devices[o.stage].id, ()):

@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 
 from obscura_jax.observe.summary import measured_with_recompute
+from schedules.actions import COMPUTE_KINDS
 from schedules.ir import Kind
 from schedules.jsonio import write_json_atomic
 from schedules.timeline import OpRecord, Timeline
@@ -49,6 +50,7 @@ def with_offload(data: dict, stage_facts: list[dict]) -> dict:
     host = [r.get("residual_host_bytes_per_microbatch", 0) for r in rows]
     if not any(host):
         return data
+    compute = {k.value for k in COMPUTE_KINDS}
     per_action = []
     for s, row in enumerate(rows):
         kinds = [e["cat"] for e in data["traceEvents"] if e.get("ph") == "X" and e.get("args", {}).get("stage") == s]
@@ -58,7 +60,7 @@ def with_offload(data: dict, stage_facts: list[dict]) -> dict:
                            "I": ("from_host_bytes", host[s]),
                            "W": ("from_host_bytes", traffic // weights if weights else 0)})
     for e in data["traceEvents"]:
-        if e.get("ph") == "X" and e.get("cat") in ("F", "B", "I", "W"):
+        if e.get("ph") == "X" and e.get("cat") in compute:
             key, nbytes = per_action[e["args"]["stage"]][e["cat"]]
             e["args"][key] = nbytes
     data["otherData"]["offload"] = {

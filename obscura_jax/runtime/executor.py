@@ -37,7 +37,7 @@ from obscura_jax.runtime.swap import HostSwap
 from obscura_jax.runtime.transport import Transport
 from obscura_jax.runtime.worker import StageWorker, StepContext, run_threads
 from schedules.ir import Action, Kind, Schedule
-from schedules.memory import fold_levels
+from schedules.memory import fold_levels, measured_effect
 
 
 @dataclass
@@ -54,11 +54,13 @@ class MemoryLedger:
     stand-in for memory_stats()): residuals kept on device plus activations/grads
     waiting in the stage's inbox. `peak` is the maximum over the iteration.
 
-    Workers of several devices note their changes as they issue (`add`, naming the
-    action that causes each: the memory column of the per-kind table,
-    schedules/actions.py, with the sizes the engine measured); `settle` then folds
-    them in issue order with the one memory fold's sum (schedules.memory.fold_levels),
-    so the count does not depend on how the threads happened to interleave.
+    Workers of several devices and the transport note effects as they issue
+    (`note`: the action, an effect of its row of the per-kind table,
+    schedules/actions.py, memory and inbox columns, and the bytes the engine
+    measured); `settle` then applies them in issue order with the memory fold's
+    effect semantics (schedules.memory.measured_effect) and sums them as the fold
+    does (schedules.memory.fold_levels), so the count does not depend on how the
+    threads happened to interleave.
 
     Residual bytes in host memory (a policy's offloaded leaves, swapped-out ones)
     are not device memory: they are counted apart, in `host_live` / `host_peak`."""
@@ -73,19 +75,33 @@ class MemoryLedger:
     def zeros(cls, p: int) -> "MemoryLedger":
         return cls([0] * p, [0] * p, [0] * p, [0] * p)
 
-    def add(self, action: Action, stage: int, nbytes: int, host_bytes: int = 0) -> None:
-        """`nbytes` more (or fewer) in the stage's device memory, `host_bytes` in host memory."""
+    def note(self, action: Action, stage: int, effect: str, nbytes: int, host_bytes: int = 0) -> None:
+        """`action`'s `effect` (schedules.memory.measured_effect: an effect of the table's
+        memory or inbox column) on the stage's device, sized `nbytes` on the device and
+        `host_bytes` in host memory."""
         with self._lock:
-            self._notes.append((action, stage, nbytes, host_bytes))
+            self._notes.append((action, stage, effect, nbytes, host_bytes))
 
     def settle(self, position: dict[Action, int]) -> "MemoryLedger":
-        """Apply the noted changes in issue order (stable: one action's changes keep
-        the order they were made in)."""
+        """Apply the noted effects in issue order (stable: one action's effects keep
+        the order they were noted in)."""
         with self._lock:
             notes, self._notes = self._notes, []
+        order = sorted(range(len(notes)), key=lambda i: (position[notes[i][0]], i))
+        blocks: dict[tuple[int, int], tuple] = {}     # (stage, micro-batch) -> its (device, host) bytes
+        changes = [None] * len(notes)
+        for i in order:
+            a, _, effect, nbytes, host_bytes = notes[i]
+            key = (a.stage, a.microbatch)
+            dev, host, after = measured_effect(effect, blocks.get(key), nbytes, host_bytes)
+            if after is None:
+                blocks.pop(key, None)
+            else:
+                blocks[key] = after
+            changes[i] = (dev, host)
         for part, (live, peak) in enumerate(((self.live, self.peak), (self.host_live, self.host_peak))):
             for stage, now in enumerate(live):
-                events = [(-1, 0, now)] + [(position[a], i, note[part]) for i, (a, s, *note) in
+                events = [(-1, 0, now)] + [(position[a], i, changes[i][part]) for i, (a, s, *_) in
                                            enumerate(notes) if s == stage]
                 level, top = fold_levels(events)
                 live[stage] = int(level)
@@ -178,11 +194,9 @@ class PipelineExecutor:
             raise ValueError("the first stage must take tokens and the last must return the loss")
         self.schedule = schedule
         self.programs = programs
-        self.split = frozenset((a.stage, a.microbatch) for spec in schedule.stages
-                               for a in spec.actions if a.kind is Kind.W)
+        self.split = schedule.split_blocks
         for s in self.local:   # compile the backward programs the schedule runs, ahead of the first step
-            kinds = {Kind.I if (a.stage, a.microbatch) in self.split and a.kind is Kind.B else a.kind
-                     for a in schedule.stages[s].actions}
+            kinds = {schedule.effective_kind(a) for a in schedule.stages[s].actions}
             if Kind.B in kinds:
                 programs[s].compile_fused()
             if kinds & {Kind.I, Kind.W}:

@@ -30,6 +30,7 @@ from obscura_jax.runtime.transport import Transport
 from obscura_jax.runtime.weight_grad import WeightGrad
 from planner.costs import check_partition
 from planner.errors import PlanError
+from schedules.actions import effective_kind
 from schedules.ir import Kind, Schedule
 
 
@@ -165,8 +166,7 @@ def offload_traffic(prog: StageProgram, spec, split) -> dict:
     (stage, micro-batch) pairs whose backward is split."""
     counts = {kind: 0 for kind in Kind}
     for a in spec.actions:
-        kind = Kind.I if a.kind is Kind.B and (a.stage, a.microbatch) in split else a.kind
-        counts[kind] += 1
+        counts[effective_kind(a.kind, (a.stage, a.microbatch) in split)] += 1
     reads = (counts[Kind.B] + counts[Kind.I]) * prog.residual_host_bytes + counts[Kind.W] * prog.weight_grad_host_bytes
     return {"to_host": counts[Kind.F] * prog.residual_host_bytes, "from_host": reads}
 

@@ -68,9 +68,10 @@ class Transport:
     """In-process transport: every stage's device belongs to this process.
 
     `stage_devices[s]` is stage s's jax.Device; `boundary_bytes[b]` the size of a
-    message across boundary b (counted on the consumer's stage in the step's
-    MemoryLedger from its producer to its consumer); `shardings[s]` where a message
-    to stage s goes (default: its device; a stage mesh's batch sharding)."""
+    message across boundary b (in the step's MemoryLedger, its consumer's inbox
+    holds it from its delivery, "put", to the effect of the inbox column the
+    consuming worker names when it receives it); `shardings[s]` where a message to
+    stage s goes (default: its device; a stage mesh's batch sharding)."""
 
     def __init__(self, stage_devices, boundary_bytes, shardings=None):
         self.stage_devices = list(stage_devices)
@@ -113,13 +114,16 @@ class Transport:
         if self.recorder is not None:
             self.recorder.transferred(msg, value)
         if self._ledger is not None:
-            self._ledger.add(msg.producer, msg.dst, self.boundary_bytes[msg.boundary])
+            self._ledger.note(msg.producer, msg.dst, "put", self.boundary_bytes[msg.boundary])
         self.inbox.put(msg, value)
 
-    def receive(self, msg: Message):
+    def receive(self, msg: Message, effect: str | None = None):
+        """The message's value; `effect`: what its consumer does to the inbox, an
+        effect of its kind's inbox column ("take_input", "take_grad"; None: an I
+        keeps the gradient until its W releases it)."""
         value = self.inbox.take(msg)
-        if self._ledger is not None:
-            self._ledger.add(msg.consumer, msg.dst, -self.boundary_bytes[msg.boundary])
+        if self._ledger is not None and effect is not None:
+            self._ledger.note(msg.consumer, msg.dst, effect, self.boundary_bytes[msg.boundary])
         return value
 
     def waiting_on(self) -> str:

@@ -12,7 +12,10 @@ worker, and devices keep running concurrently.
     SO / SI  a fraction of res to pinned host memory and back (obscura_jax.runtime.swap)
 
 Residuals stay with the worker of their stage; the loss stage's dy is 1/m, so the
-accumulated grads are those of the mean loss over the m micro-batches.
+accumulated grads are those of the mean loss over the m micro-batches. A B whose
+micro-batch has a W runs as I (schedules.actions.effective_kind). With a ledger,
+each action notes the effects of its kind's row of the table (schedules/actions.py:
+memory and inbox columns) with the sizes it measured.
 
 A worker runs at most MAX_AHEAD actions ahead of the oldest one still computing.
 XLA's CPU client lets 32 programs wait per device, and a 33rd dispatch blocks one
@@ -33,9 +36,9 @@ from dataclasses import dataclass, field
 from obscura_jax.cli import interrupt
 from obscura_jax.runtime import out_of_memory
 from obscura_jax.runtime.transport import StepAborted
+from schedules.actions import KINDS, effective_kind
 from schedules.ir import Action, Kind
 
-KINDS = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.SO, Kind.SI)
 MAX_AHEAD = 16      # actions in flight per worker: below XLA CPU's 32 programs per device
 
 
@@ -64,7 +67,7 @@ class StageWorker:
     row: list[Action]
     ctx: StepContext
     residuals: dict = field(default_factory=dict)
-    pending_dy: dict = field(default_factory=dict)    # (stage, mb) -> dy an I keeps for its W
+    pending_dy: dict = field(default_factory=dict)    # (stage, mb) -> (dy, its message's bytes) an I keeps for W
     dispatch: dict = field(default_factory=lambda: {k.value: [] for k in KINDS})
 
     def run(self) -> None:
@@ -93,24 +96,30 @@ class StageWorker:
 
     def issue(self, action: Action) -> tuple:
         """Dispatch one action; returns the arrays that are ready when it is done."""
-        if action.kind is Kind.F:
-            return self._forward(action)
-        if action.kind is Kind.I or (action.kind is Kind.B
-                                     and (action.stage, action.microbatch) in self.ctx.split):
-            return self._input_grad(action)
-        if action.kind is Kind.W:
-            return self._weight_grad(action)
-        if action.kind is Kind.B:
-            return self._backward(action)
-        if action.kind is Kind.SO:
-            return self._swap_out(action)
-        if action.kind is Kind.SI:
-            return self._swap_in(action)
-        raise ValueError(f"unsupported action {action}")
+        kind = effective_kind(action.kind, (action.stage, action.microbatch) in self.ctx.split)
+        issuer = {Kind.F: self._forward, Kind.B: self._backward, Kind.I: self._input_grad,
+                  Kind.W: self._weight_grad, Kind.SO: self._swap_out, Kind.SI: self._swap_in}.get(kind)
+        if issuer is None:
+            raise ValueError(f"unsupported action {action}")
+        return issuer(action)
 
-    def _receive(self, action: Action):
+    def _receive(self, action: Action, kind: Kind):
+        """Its input; the ledger notes what `kind` does to the inbox (its take, if any)."""
         msgs = self.ctx.routes.incoming[action]
-        return self.ctx.transport.receive(msgs[0]) if msgs else None
+        take = next((effect for _, effect in KINDS[kind].inbox if effect.startswith("take")), None)
+        return self.ctx.transport.receive(msgs[0], take) if msgs else None
+
+    def _note(self, a: Action, kind: Kind, **sizes) -> None:
+        """Note in the ledger each effect of `kind`'s memory and inbox columns that
+        the engine has a size for: sizes[effect] = (device bytes, host bytes). One
+        it has none for is no change here: I's remat (the measured block W reads
+        holds what recompute brought back), the takes (noted on receiving)."""
+        if self.ctx.ledger is None:
+            return
+        rule = KINDS[kind]
+        for _, effect in rule.memory + rule.inbox:
+            if effect in sizes:
+                self.ctx.ledger.note(a, a.stage, effect, *sizes[effect])
 
     def _send(self, action: Action, value) -> None:
         for msg in self.ctx.routes.outgoing[action]:
@@ -119,7 +128,7 @@ class StageWorker:
     def _forward(self, a: Action) -> tuple:
         ctx, s, mb = self.ctx, a.stage, a.microbatch
         prog, st = ctx.programs[s], ctx.states[s]
-        x = ctx.tokens[mb] if prog.takes_tokens else self._receive(a)
+        x = ctx.tokens[mb] if prog.takes_tokens else self._receive(a, Kind.F)
         if prog.returns_loss:
             out, res = prog.forward(st.params, x, ctx.targets[mb])
             ctx.losses[mb] = out
@@ -127,18 +136,16 @@ class StageWorker:
             out, res = prog.forward(st.params, x)
             self._send(a, out)
         self.residuals[(s, mb)] = res
-        if ctx.ledger is not None:
-            ctx.ledger.add(a, s, res.device_bytes, res.host_resident_bytes)
+        self._note(a, Kind.F, alloc=(res.device_bytes, res.host_resident_bytes))
         return (out,)
 
     def _backward(self, a: Action) -> tuple:
         ctx, s, mb = self.ctx, a.stage, a.microbatch
         prog, st = ctx.programs[s], ctx.states[s]
-        dy = ctx.loss_dy if prog.returns_loss else self._receive(a)
+        dy = ctx.loss_dy if prog.returns_loss else self._receive(a, Kind.B)
         res = self.residuals.pop((s, mb))
         st.grads, dx, done = prog.backward(st.params, res, dy, st.grads)
-        if ctx.ledger is not None:
-            ctx.ledger.add(a, s, -res.device_bytes, -res.host_resident_bytes)
+        self._note(a, Kind.B, free=(res.device_bytes, res.host_resident_bytes))
         if dx is not None:
             self._send(a, dx)
         return (done,)
@@ -146,14 +153,13 @@ class StageWorker:
     def _input_grad(self, a: Action) -> tuple:
         ctx, s, mb = self.ctx, a.stage, a.microbatch
         prog, st = ctx.programs[s], ctx.states[s]
-        dy = ctx.loss_dy if prog.returns_loss else self._receive(a)
+        msgs = ctx.routes.incoming[a]
+        dy = ctx.loss_dy if prog.returns_loss else self._receive(a, Kind.I)
         res = self.residuals[(s, mb)]
         st.grads, dx, held, done = prog.input_grad(st.params, res, dy, st.grads)
         self.residuals[(s, mb)] = held
-        self.pending_dy[(s, mb)] = dy
-        if ctx.ledger is not None:
-            ctx.ledger.add(a, s, prog.dy_bytes + held.device_bytes - res.device_bytes,
-                           held.host_resident_bytes - res.host_resident_bytes)
+        self.pending_dy[(s, mb)] = (dy, ctx.transport.boundary_bytes[msgs[0].boundary] if msgs else 0)
+        self._note(a, Kind.I, input_grad=(held.device_bytes, held.host_resident_bytes))
         if dx is not None:
             self._send(a, dx)
         return (done,)
@@ -161,10 +167,9 @@ class StageWorker:
     def _weight_grad(self, a: Action) -> tuple:
         ctx, s, mb = self.ctx, a.stage, a.microbatch
         prog, st = ctx.programs[s], ctx.states[s]
-        res, dy = self.residuals.pop((s, mb)), self.pending_dy.pop((s, mb))
+        res, (dy, dy_bytes) = self.residuals.pop((s, mb)), self.pending_dy.pop((s, mb))
         st.grads, done = prog.weight_grad(st.params, res, dy, st.grads)
-        if ctx.ledger is not None:
-            ctx.ledger.add(a, s, -res.device_bytes - prog.dy_bytes, -res.host_resident_bytes)
+        self._note(a, Kind.W, free=(res.device_bytes, res.host_resident_bytes), release_grad=(dy_bytes, 0))
         return (done,)
 
     def _swap_out(self, a: Action) -> tuple:
@@ -173,8 +178,7 @@ class StageWorker:
         if ctx.swap_enabled and ctx.swap_fraction[a.stage] > 0:
             res = ctx.swap.swap_out(res, ctx.swap_fraction[a.stage], ctx.programs[a.stage].device)
             self.residuals[key] = res
-            if ctx.ledger is not None:
-                ctx.ledger.add(a, a.stage, -res.host_bytes, res.host_bytes)
+            self._note(a, Kind.SO, swap_out=(res.host_bytes, 0))
         return tuple(res.leaves[i] for i in res.host_slots)
 
     def _swap_in(self, a: Action) -> tuple:
@@ -182,8 +186,7 @@ class StageWorker:
         res = self.residuals[key]
         if not res.host_slots:
             return ()
-        if ctx.ledger is not None:
-            ctx.ledger.add(a, a.stage, res.host_bytes, -res.host_bytes)
+        self._note(a, Kind.SI, swap_in=(res.host_bytes, 0))
         slots = res.host_slots
         res = ctx.swap.swap_in(res, ctx.programs[a.stage].device)
         self.residuals[key] = res

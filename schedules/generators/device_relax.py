@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from schedules.actions import COMPUTE_KINDS
 from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule
@@ -38,7 +39,7 @@ class DeviceRelaxation:
     def __init__(self, base: Schedule, costs: StageCosts, merge_forwards: bool = False) -> None:
         """`merge_forwards`: a device's forwards of all its stages are one queue, in
         row order (a later chunk's forward never overtakes an earlier one's)."""
-        if any(not a.is_compute for row in base.rows for a in row):
+        if any(a.kind not in COMPUTE_KINDS for row in base.rows for a in row):
             raise ScheduleError("device relaxation: rows may hold compute actions only (add swaps afterwards)")
         self.run = price_schedule(base, costs)
         self.queues = []          # per device: (stage, F / B-or-I / W) queues of action indices, in row order

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
+from schedules.actions import COMPUTE_KINDS, split_blocks
 from schedules.errors import ScheduleError
 from schedules.generators.common import Setup, assemble, assemble_devices, warmup_count
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
@@ -113,8 +114,8 @@ def add_swaps(rows: Sequence[Sequence[Action]], swap_blocks: Sequence[int]) -> l
 def _swap_row(row: list[Action], lam: int) -> list[Action]:
     """The row with its swaps: what stays resident is counted by the one memory
     fold (schedules.memory.Levels, one byte per block, all of it swapped)."""
-    compute = [a for a in row if a.is_compute]
-    split = {(a.stage, a.microbatch) for a in compute if a.kind == Kind.W}
+    compute = [a for a in row if a.kind in COMPUTE_KINDS]
+    split = split_blocks(compute)
     w = warmup_count(compute)
     target = w - lam                     # resident blocks kept once warm-up is over
     first = max(0, w - lam - 2)          # first block evicted in warm-up (by forward order)

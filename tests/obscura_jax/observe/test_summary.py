@@ -7,16 +7,27 @@ from schedules.ir import Action, Kind
 from schedules.timeline import OpRecord, Timeline
 
 
+class Dev:
+    def __init__(self, i):
+        self.id = i
+
+
 def testswap_overlap_is_the_share_of_copy_time_under_compute():
-    class Dev:
-        def __init__(self, i):
-            self.id = i
     f, so, si = Action(0, Kind.F, 0), Action(0, Kind.SO, 0), Action(0, Kind.SI, 0)
     ops = [OpRecord.of(f, 0.0, 2.0), OpRecord.of(so, 1.0, 3.0), OpRecord.of(si, 5.0, 6.0)]
     tl = Timeline.from_ops(1, ops)
     # SO: 1 of its 2 seconds under F; SI: none of its second
     assert swap_overlap(tl, [Dev(0)]) == pytest.approx(1.0 / 3.0)
     assert swap_overlap(Timeline.from_ops(1, ops[:1]), [Dev(0)]) is None
+
+
+def test_swap_overlap_counts_every_compute_lane_kind_as_compute():
+    """A split backward's I and W are compute like F and B: a swap under them hides."""
+    i0, w0, so, si = (Action(0, Kind.I, 0), Action(0, Kind.W, 0), Action(0, Kind.SO, 1), Action(0, Kind.SI, 1))
+    ops = [OpRecord.of(i0, 0.0, 2.0), OpRecord.of(w0, 2.0, 4.0), OpRecord.of(so, 1.0, 3.0),
+           OpRecord.of(si, 3.5, 5.0)]
+    # SO: all of its 2 seconds under I then W; SI: 0.5 of its 1.5 under W
+    assert swap_overlap(Timeline.from_ops(1, ops), [Dev(0)]) == pytest.approx(2.5 / 3.5)
 
 
 def test_chunked_schedule_rows_are_model_stages_and_idle_figures_belong_to_the_device():

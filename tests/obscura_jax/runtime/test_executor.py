@@ -1,13 +1,21 @@
 """The executor on a toy three-stage pipeline (fast to compile): every schedule
 generator's order gives the plain model's loss and gradients; memory accounting
 and swapping behave. (The measured timeline: test_events.py.)"""
+import random
+from types import SimpleNamespace
+
 import jax
 import numpy as np
 import pytest
 
 import schedules
-from obscura_jax.runtime.executor import PipelineExecutor, make_optimizer
+from obscura_jax.runtime.executor import MemoryLedger, PipelineExecutor, make_optimizer
+from obscura_jax.runtime.messages import message_routes
+from obscura_jax.runtime.transport import Transport
+from obscura_jax.runtime.worker import StageWorker, StepContext
 from schedules.ir import Action, Kind, Schedule, StageSpec
+from schedules.memory import StageMemory
+from schedules.timeline import OpRecord, Timeline
 from tests.budget import examples
 from tests.obscura_jax import toy_stages as toy
 
@@ -141,58 +149,74 @@ def test_a_stage_that_fails_stops_the_step_with_its_error(progs):
         ex.run_actions(states, tok, tgt)
 
 
-def _engine_notes(sched, mem, order):
-    """What the workers and the transport note for each action, in issue order, with
-    integer sizes from `mem` (schedules.memory.StageMemory per stage): a receive
-    takes from the inbox, a send puts into the next one, F keeps its block, an I
-    keeps dy and turns the block into what W reads, W frees both, SO/SI move the
-    swapped share (obscura_jax.runtime.worker, obscura_jax.runtime.transport)."""
+class _Block:
+    """A block as a worker holds it, sizes only (obscura_jax.runtime.residuals.Residuals'
+    fields the worker and its ledger notes read)."""
+    def __init__(self, device, host=0):
+        self.device_bytes, self.host_bytes, self.host_resident_bytes = device, host, host
+        self.host_slots, self.leaves = ((0,) if host else ()), (None,)
+
+
+class _Program:
+    """A stage program that computes nothing: F keeps `kept` bytes, I hands W a block
+    of `held` bytes (schedules.memory.StageMemory's figures)."""
+    def __init__(self, st, first, last):
+        self.st, self.takes_tokens, self.returns_loss, self.device = st, first, last, None
+
+    def forward(self, params, x, targets=None):
+        return "y", _Block(self.st.kept)
+
+    def backward(self, params, res, dy, grads):
+        return grads, None if self.takes_tokens else "dx", None
+
+    def input_grad(self, params, res, dy, grads):
+        return grads, None if self.takes_tokens else "dx", _Block(self.st.held_for_weight_grad), None
+
+    def weight_grad(self, params, held, dy, grads):
+        return grads, None
+
+
+class _Swap:
+    """Moves the stage's share of a block to host and back (sizes only)."""
+    def swap_out(self, res, fraction, device):
+        moved = int(fraction * res.device_bytes)
+        return _Block(res.device_bytes - moved, moved)
+
+    def swap_in(self, res, device):
+        return _Block(res.device_bytes + res.host_bytes)
+
+
+class _LocalTransport(Transport):
+    def send(self, msg, value):
+        self.deliver(msg, value)
+
+
+def _run_workers(sched, mem, order, boundary_bytes):
+    """The real stage workers and transport issue `order` (one worker per stage, on
+    size-only programs) into a MemoryLedger, settled in that order."""
     p = sched.num_stages
-    split = {(a.stage, a.microbatch) for a in order if a.kind is Kind.W}
-    resident, notes = {}, []
+    transport = _LocalTransport([None] * p, boundary_bytes, shardings=[None] * p)
+    ledger = MemoryLedger.zeros(p)
+    transport.start_step(ledger)
+    ctx = StepContext(programs=[_Program(mem[s], s == 0, s == p - 1) for s in range(p)],
+                      states=[SimpleNamespace(params=None, grads=None) for _ in range(p)], transport=transport,
+                      routes=message_routes(sched), tokens=["x"] * sched.num_microbatches, targets=["t"] * sched.num_microbatches,
+                      loss_dy="dy", losses=[None] * sched.num_microbatches, swap=_Swap(),
+                      swap_fraction=[st.swap_fraction for st in mem], swap_enabled=True, ledger=ledger,
+                      split=sched.split_blocks)
+    workers = [StageWorker([], ctx) for _ in range(p)]
     for a in order:
-        s, key, st = a.stage, (a.stage, a.microbatch), mem[a.stage]
-        takes = a.kind is Kind.F and s > 0 or a.kind in (Kind.B, Kind.I) and s < p - 1
-        if takes:
-            notes.append((a, s, -(st.inbox_input if a.kind is Kind.F else st.inbox_grad)))
-        if a.kind is Kind.F:
-            resident[key] = st.kept
-            notes.append((a, s, st.kept))
-            if s < p - 1:
-                notes.append((a, s + 1, mem[s + 1].inbox_input))
-        elif a.kind in (Kind.B, Kind.I):
-            if a.kind is Kind.I or key in split:
-                held = st.held_for_weight_grad
-                notes.append((a, s, (st.inbox_grad if s < p - 1 else 0) + held - resident[key]))
-                resident[key] = held
-            else:
-                notes.append((a, s, -resident.pop(key)))
-            if s > 0:
-                notes.append((a, s - 1, mem[s - 1].inbox_grad))
-        elif a.kind is Kind.W:
-            notes.append((a, s, -resident.pop(key) - (st.inbox_grad if s < p - 1 else 0)))
-        elif a.kind is Kind.SO:
-            moved = int(st.swap_fraction * st.kept)
-            resident[key] -= moved
-            notes.append((a, s, -moved))
-        else:
-            moved = st.kept - resident[key]
-            resident[key] += moved
-            notes.append((a, s, moved))
-    return notes
+        workers[a.stage].issue(a)
+    assert not transport.finish_step() and not any(w.residuals or w.pending_dy for w in workers)
+    return ledger.settle({a: i for i, a in enumerate(order)})
 
 
 @pytest.mark.parametrize("seed", range(examples(50)))
 def test_the_ledger_settles_to_the_one_folds_peaks(seed):
-    """The runtime's ledger, fed what the engine notes for a random schedule in its
-    issue order, settles to the peaks the one memory fold (schedules.memory) gives
-    the same order on the issue clock (action i runs from 2i to 2i + 1)."""
-    import random
-
-    from obscura_jax.runtime.executor import MemoryLedger
-    from schedules.memory import StageMemory
-    from schedules.timeline import OpRecord, Timeline
-
+    """The runtime's ledger, fed by the real workers and transport issuing a random
+    schedule in its issue order, settles to the peaks the one memory fold
+    (schedules.memory) gives the same order on the issue clock (action i runs from
+    2i to 2i + 1)."""
     rng = random.Random(seed)
     name = rng.choice(["gpipe", "1f1b", "recomp", "strawman", "obscura", "zb-h1", "zb-h1-capped", "obscura-zb-h1"])
     p, m = rng.randint(2, 5), rng.randint(1, 9)
@@ -203,14 +227,12 @@ def test_the_ledger_settles_to_the_one_folds_peaks(seed):
         sched = schedules.generate(name, p, m, **kw)
     except schedules.ScheduleError:          # too few warm-up forwards to swap
         sched = schedules.generate(name, p, m)
+    boundary = [rng.choice([0, 16, 3000]) for _ in range(p - 1)]      # a message's bytes, either way
     mem = [StageMemory(kept=rng.choice([8, 64, 1000]), swap_fraction=sched.stages[s].swap_fraction,
-                       held_for_weight_grad=rng.choice([4, 80, 1200]), inbox_input=rng.choice([0, 16, 3000]) * (s > 0),
-                       inbox_grad=rng.choice([0, 16, 3000]) * (s < p - 1)) for s in range(p)]
+                       held_for_weight_grad=rng.choice([4, 80, 1200]), inbox_input=boundary[s - 1] if s else 0,
+                       inbox_grad=boundary[s] if s < p - 1 else 0) for s in range(p)]
     order = schedules.issue_order(sched)
-    ledger = MemoryLedger.zeros(p)
-    for note in _engine_notes(sched, mem, order):
-        ledger.add(*note)
-    ledger.settle({a: i for i, a in enumerate(order)})
+    ledger = _run_workers(sched, mem, order, boundary)
     clock = Timeline.from_ops(p, [OpRecord.of(a, 2 * i, 2 * i + 1) for i, a in enumerate(order)], memory=mem)
     assert ledger.live == [0] * p
     assert ledger.peak == [st.peak_held_bytes for st in clock.stages]

@@ -46,8 +46,9 @@ def test_the_ledger_keeps_host_bytes_out_of_the_device_peak():
     f0, f1, so, b0, b1 = (Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.SO, 0),
                           Action(0, Kind.B, 1), Action(0, Kind.B, 0))
     ledger = MemoryLedger.zeros(1)
-    for note in ((f0, 0, 100, 30), (f1, 0, 100, 30), (so, 0, -60, 60), (b1, 0, -100, -30), (b0, 0, -40, -90)):
-        ledger.add(*note)
+    for note in ((f0, 0, "alloc", 100, 30), (f1, 0, "alloc", 100, 30), (so, 0, "swap_out", 60),
+                 (b1, 0, "free", 100, 30), (b0, 0, "free", 40, 90)):
+        ledger.note(*note)
     ledger.settle({a: i for i, a in enumerate((f0, f1, so, b1, b0))})
     assert (ledger.live, ledger.peak) == ([0], [200])        # both forwards' device parts, before SO
     assert (ledger.host_live, ledger.host_peak) == ([0], [120])    # offloaded 30 + 30, then 60 swapped
