@@ -8,7 +8,7 @@ asynchronous copy) into a per-step inbox. `obscura_jax.processes.cross_process` 
 with JAX's cross-process `jax.device_put` for consumers in other processes.
 
 Workers wait only in `Mailbox.take` (a Condition, never a spin: a spinning Python
-thread slows every other thread's dispatch through the GIL, as measured on the lent H200) and in
+thread slows every other thread's dispatch through the GIL, as measured on an H200, BENCHMARKS.md) and in
 JAX calls. A failure anywhere aborts the step: every waiting worker wakes up and
 stops.
 """

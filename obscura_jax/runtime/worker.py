@@ -24,7 +24,7 @@ devices run their collectives one program at a time, on the same pool. So
 workers that dispatch far ahead fill the pool with blocked dispatches, and the
 running collective's other half never gets a thread: XLA aborts the process
 after 40 s ("Termination timeout for `all reduce ...`"). This was seen on the
-2-core box under load, where execution lags behind dispatch.
+2-core CPU machine under load, where execution lags behind dispatch.
 """
 from __future__ import annotations
 

@@ -117,7 +117,8 @@ def test_split_backward_keeps_what_w_reads_and_dy_until_w(progs, kind_i):
     assert progs[1].dy_bytes == progs[1].output_bytes > 0 and progs[2].dy_bytes == 0
     for s in range(3):
         held = progs[s].weight_grad_held_bytes
-        assert held > 0
+        # the embedding's gradient is a scatter-add of dy: I computes it, W holds nothing
+        assert (held > 0) == (s > 0)
         assert res.ledger.peak[s] >= max(2 * progs[s].residual_bytes, 2 * (held + progs[s].dy_bytes))
 
 
