@@ -35,7 +35,7 @@ from pathlib import Path
 from obscura_jax.devices import request_host_devices
 from obscura_jax.errors import UsageError
 from schedules.ir import Action
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 
 CPU_RUNS = {
     "1f1b": dict(schedule="1f1b"),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from obscura_jax.errors import UsageError
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 from schedules.sizes import format_bytes
 
 LAYERS_PER_STAGE = 4          # llama2-7b: 4 layers ~ 0.8B params + embed/head on the end stages

@@ -127,7 +127,7 @@ def swap_under_load(swap: dict, noswap: dict | None, one_gpu: dict | None) -> di
 def report(out: Path, one_gpu_reference: Path | None = None) -> dict:
     """Everything above for the runs under `out`; writes out/bench_multi_gpu.json and
     out/table.md and returns the summary."""
-    from schedules.jsonio import write_json_atomic  # lazy: only when writing
+    from schedules.formats.jsonio import write_json_atomic  # lazy: only when writing
 
     runs = load_runs(out)
     plans = json.loads((out / "plans" / "plans.json").read_text())

@@ -64,7 +64,7 @@ class TrainResult:
     def gantt(self, path_png, title: str | None = None) -> list:
         """Draw the measured timeline (the PNG, and an SVG beside it; recompute hatched
         at its measured share of each backward); returns the files written."""
-        from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
+        from schedules.formats.gantt import draw_gantt  # lazy: matplotlib only when drawing
         if self.timeline is None:
             return []
         return draw_gantt(measured_with_recompute(self.outcome), path_png, time_unit="s",

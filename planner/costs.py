@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 from planner.errors import PlanError
 from planner.profile import FULL, LAYER, Profile
-from planner.residuals import UnitKept
+from planner.recompute.residuals import UnitKept
 from schedules.costs import StageCosts
 
 Partition = tuple[tuple[int, int], ...]
@@ -105,7 +105,7 @@ def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str
                unit_kept: UnitKept | None = None, offload: Iterable[str] = ()) -> float:
     """Activation bytes one micro-batch leaves on the stage's DEVICE under recompute
     set R: the profile's additive figure, or the larger traced one when `unit_kept`
-    (planner.residuals.exact_unit_kept) is given; the ops in `offload` that R does
+    (planner.recompute.residuals.exact_unit_kept) is given; the ops in `offload` that R does
     not recompute are kept in host memory instead (host_kept_bytes) and not counted."""
     r = frozenset(recompute)
     if LAYER in r:

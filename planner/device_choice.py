@@ -1,8 +1,8 @@
 """Each device's recompute sets: the least recompute time that fits its memory.
 
 A device runs V stages (chunks); each has its efficient choices
-(planner.recompute_options: recompute time up, kept bytes down). Under a fixed
-order the device's peak is its fold's largest row (planner.memory_rows) at the
+(planner.recompute.recompute_options: recompute time up, kept bytes down). Under a fixed
+order the device's peak is its fold's largest row (planner.recompute.memory_rows) at the
 chosen kept bytes, plus the largest rematerialisation working set among its stages:
 
     minimise   sum over its stages of time(choice)          (then fewer ops, then less memory)
@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from planner.memory_rows import MemoryRows
-from planner.recompute_options import Option
+from planner.recompute.memory_rows import MemoryRows
+from planner.recompute.recompute_options import Option
 
 ENUMERATE = 4096   # combinations searched depth-first at once; a device with more starts from the greedy
 NODES = 20_000     # ... and its depth-first search stops after this many nodes

@@ -6,7 +6,7 @@ memory limit and judged by the simulator and the one memory fold:
 
     plain        the family's order; each device recomputes the least that fits
                  (per stage, per-op sets: planner.device_choice over
-                 planner.recompute_options, sized by planner.memory_rows)
+                 planner.recompute.recompute_options, sized by planner.recompute.memory_rows)
     + swaps      the same with lambda blocks per recomputing device swapped at
                  beta (the swap pass, generators/swap.py); a swapped block must
                  hide under one forward + backward (Eq. 4's constraint)
@@ -30,9 +30,9 @@ from typing import Callable
 
 from planner.costs import Partition, program_outputs, stage_costs, weight_bytes, working_bytes
 from planner.device_choice import choose_device, fastest, leanest
-from planner.memory_rows import device_rows
+from planner.recompute.memory_rows import device_rows
 from planner.profile import FULL, LAYER, Profile
-from planner.recompute_options import Option, stage_options
+from planner.recompute.recompute_options import Option, stage_options
 from planner.search import BETA_GRID, Config, Evaluation, Setting, rank, recompute_names
 from planner.time_model import swap_hides
 from schedules import Kind, Schedule, ScheduleError, StageCosts, generate

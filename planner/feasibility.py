@@ -9,7 +9,7 @@ from planner.baselines import minimum_memory
 from planner.costs import check_partition
 from planner.errors import PlanError
 from planner.profile import Profile
-from planner.residuals import exact_unit_kept
+from planner.recompute.residuals import exact_unit_kept
 from planner.search import Setting
 from schedules.sizes import format_bytes, parse_bytes
 

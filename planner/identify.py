@@ -16,7 +16,7 @@ from models.registry import get_family
 from planner.costs import kept_bytes, weight_bytes, working_bytes
 from planner.errors import PlanError
 from planner.profile import Profile
-from planner.residuals import UnitKept
+from planner.recompute.residuals import UnitKept
 from schedules.sizes import parse_bytes
 
 

@@ -15,7 +15,7 @@ when planner.device describes it, else the H200 (shares only: the profile's own
 times stay). TP and data collectives are priced on planner.layouts.hardware's
 defaults (8-GPU NVLink nodes at 360 GB/s, 45 GB/s between nodes).
 
-Kept bytes are checked against the traced residuals (planner.residuals) at b/D
+Kept bytes are checked against the traced residuals (planner.recompute.residuals) at b/D
 rows where the model is registered: the excess of the traced figure over the
 additive one (non-additive sets, e.g. q recomputed while q_rope is saved) is added
 undivided by T, which bounds it whatever the excess is made of.
@@ -44,9 +44,9 @@ from planner.layouts.memory import params_per_gpu
 from planner.layouts.mesh_costs import (MeshLayout, StageSync, data_parallel_seconds, device_weight_bytes,
                                         gradient_sync_end, mesh_profile, tp_collectives)
 from planner.layouts.unit_costs import unit_splits
-from planner.plan_meta import PlanSource
+from planner.plans.plan_meta import PlanSource
 from planner.profile import OPTIONAL_UNIT_KEYS, UNIT_KINDS, OpProfile, Profile, UnitProfile
-from planner.residuals import UnitKept, exact_unit_kept
+from planner.recompute.residuals import UnitKept, exact_unit_kept
 from schedules.simulator import simulate
 
 def scale_micro_batch(profile: Profile, micro_batch: int) -> Profile:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from planner.costs import Partition, move_unit
 from planner.identify import non_adjusted_set
-from planner.recompute_ip import RecomputeSolution
+from planner.recompute.recompute_ip import RecomputeSolution
 from planner.search import Config, Setting, obscura_config
 from planner.time_model import TimePrediction, predict_closed_form
 from schedules import StageCosts

@@ -12,7 +12,7 @@ swapping-aware recompute: swap grid x CP-SAT op choice, best by simulated time
 wins, recorded as `family`, `virtual_stages` (and, with chunks, `stage_to_device`
 and the devices' rows).
 If no configuration fits, InfeasibleError names the smallest limit that would.
-A plan records what it was made for (planner.plan_meta.PlanSource: model, layers,
+A plan records what it was made for (planner.plans.plan_meta.PlanSource: model, layers,
 seq_len, micro_batch, dtypes, device, profile file and sha256). With a stage mesh
 (`layout`: D x T devices a stage) every step runs on one device's profile of it and
 the plan records the layout (planner.mesh_plan).
@@ -28,18 +28,18 @@ import models
 from planner.baselines import evaluate_baselines, minimum_memory
 from planner.costs import check_partition, weight_bytes
 from planner.families import FAMILIES, search_families
-from planner.plan_families import summarize
+from planner.plans.plan_families import summarize
 from planner.errors import InfeasibleError, PlanError
 from planner.family_search import FamilyResult
 from planner.feasibility import limit_text, round_up_limit
 from planner.identify import identify, parse_memory_limit
 from planner.layouts.mesh_costs import MeshLayout
 from planner.partition import AdjustResult, adjust_partition, fixed_sets
-from planner.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
+from planner.plans.plan_file import (PLAN_FORMAT, Plan, StagePlan, load_plan, plan_from_json,  # noqa: F401 (re-exported)
                                plan_to_schedule, save_plan)
-from planner.plan_meta import PlanSource
+from planner.plans.plan_meta import PlanSource
 from planner.profile import Profile
-from planner.residuals import exact_unit_kept
+from planner.recompute.residuals import exact_unit_kept
 from planner.search import (Config, Evaluation, Setting, best_obscura, simulate_config, rank, recompute_names,
                             swap_point)
 from schedules import issue_order

@@ -42,7 +42,7 @@ from models.config import CONFIGS
 from models.errors import ObscuraError
 from models.registry import BLOCK_KINDS, LAYOUTS, UNIT_KINDS, family_names, ops_for, unit_ops
 from planner.errors import ProfileError
-from schedules.jsonio import load_document, write_json_atomic
+from schedules.formats.jsonio import load_document, write_json_atomic
 
 PROFILE_FORMAT = "obscura-profile/1"
 MAX_LAYERS = 4096     # a bound of the planner, which walks every unit: 32x the layers of today's largest models

@@ -14,7 +14,7 @@ evicts in warm-up, runs over 0..min(w_k - 1, max(2, p - k - 2)) (the paper's
 [2, p-k-2] widened so short pipelines still try some swapping; w_k is stage k's
 warm-up forwards, the generator's cap), earlier stages evict one more each; beta
 runs over BETA_GRID. "No swap" is always a candidate. For each point the recompute
-IP (planner.recompute_ip) picks the ops; the best point is the one with the
+IP (planner.recompute.recompute_ip) picks the ops; the best point is the one with the
 shortest SIMULATED iteration, ties going to less host traffic, then less memory.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Sequence
 from planner.costs import Partition, program_outputs, stage_costs, stage_views, working_bytes
 from planner.identify import cmb_set
 from planner.profile import FULL, LAYER, Profile
-from planner.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
-from planner.residuals import UnitKept, marginal_op_bytes
+from planner.recompute.recompute_ip import RecomputeProblem, RecomputeSolution, StageProblem, score_closed_form, solve
+from planner.recompute.residuals import UnitKept, marginal_op_bytes
 from schedules import Action, Schedule, StageCosts, StageSpec, Timeline, generate
 from schedules.simulator import held_peaks, simulate
 from schedules.generators.common import assemble, warmup_count
@@ -205,7 +205,7 @@ def swap_options(k: int, num_stages: int, warm: Sequence[int], swap: bool
 def stage_problem(setting: Setting, partition: Partition, s: int, resident: float, lam: int,
                   slack: float) -> StageProblem:
     """Stage s's data for the IP. With a traceable model the per-op bytes are what
-    recomputing each op alone frees (planner.residuals.marginal_op_bytes), so the IP
+    recomputing each op alone frees (planner.recompute.residuals.marginal_op_bytes), so the IP
     does not count on savings JAX would not make; otherwise the profile's bytes."""
     prof = setting.profile
     v = stage_views(prof, partition)[s]

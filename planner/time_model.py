@@ -1,7 +1,7 @@
 """The paper's iteration-time model in closed form (docs/obscura.md, sections 5-6: Eq. 2-3,
 uneven Eq. 5-6). It is NOT the judge: the simulator (schedules.simulate) is. The
 closed forms remain because they are fast and linear enough to define the recompute
-IP's search space (planner.recompute_ip) and Algorithm 1's loop test
+IP's search space (planner.recompute.recompute_ip) and Algorithm 1's loop test
 (planner.partition); every configuration they pick is then simulated.
 
 Where it agrees with the simulator, and in which direction it errs otherwise

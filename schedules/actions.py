@@ -27,7 +27,7 @@ link next to a swapping stage keeps 1 - link_sharing of its bandwidth.
 
 Who reads the table: `priced` applies its waits, lane, duration and recomputes
 columns to one schedule's actions under one StageCosts, and the list scheduler
-(schedules/list_schedule.py: the simulator, the relaxations, the measured
+(schedules/scheduling/list_schedule.py: the simulator, the relaxations, the measured
 timeline) reads what it returns; schedules.deps reads waits; the memory fold
 (schedules.memory) the memory column; the runtime's stage workers
 (obscura_jax.runtime.worker) the memory and inbox columns, which they note in the

@@ -2,7 +2,7 @@
 at once instead of running for minutes and gigabytes: every (stage, micro-batch)
 pair is a handful of actions that are generated, validated, simulated and drawn
 one by one. The generators (`schedules.generators.generate`, which re-exports these
-names) and the file loaders (`schedules.io.load_schedule`, `schedules.torch_csv`)
+names) and the file loaders (`schedules.formats.io.load_schedule`, `schedules.formats.torch_csv`)
 apply them before building anything."""
 from __future__ import annotations
 

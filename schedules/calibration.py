@@ -31,7 +31,7 @@ from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.generators import generate
 from schedules.ir import Schedule
-from schedules.jsonio import load_document, write_json_atomic
+from schedules.formats.jsonio import load_document, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 
 FORMAT = "obscura-calibration/1"

@@ -3,7 +3,7 @@
 The engine issues actions from a single Python loop; any order consistent with
 every device's row and every dependency works, and issuing by predicted start time
 keeps each device's queue fed. `issue_order` is the one order walker
-(schedules.order_walk) over the devices' rows: a topological sort of the
+(schedules.scheduling.order_walk) over the devices' rows: a topological sort of the
 dependency graph (each device's row order plus schedules.deps) that always takes
 the ready action with the earliest simulated start, ties broken by (device,
 position in the device's row), so dependencies always come first even between
@@ -14,7 +14,7 @@ from __future__ import annotations
 from schedules.costs import StageCosts
 from schedules.deps import dependency_map
 from schedules.ir import Action, Schedule
-from schedules.order_walk import merge_in_start_order
+from schedules.scheduling.order_walk import merge_in_start_order
 from schedules.simulator import op_times
 
 

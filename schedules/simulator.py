@@ -1,7 +1,7 @@
 """Simulation of a schedule under a StageCosts cost model: the per-kind table
 (schedules/actions.py: what each action waits on, its lane, its duration, its
 memory effect) priced for the schedule, run by the list scheduler
-(schedules/list_schedule.py) with every device issuing its row in order. Each
+(schedules/scheduling/list_schedule.py) with every device issuing its row in order. Each
 device has a compute stream (the F, B, I and W of all its stages) and two host
 links (SO and SI, one at a time each, full duplex, apart from compute); since each
 runs in row order, every start is the longest path to it in the dependency graph.
@@ -28,9 +28,9 @@ from schedules.costs import StageCosts
 from schedules.deps import dependency_map
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule, StageSpec
-from schedules.list_schedule import list_schedule
+from schedules.scheduling.list_schedule import list_schedule
 from schedules.memory import StageMemory
-from schedules.order_walk import merge_in_start_order
+from schedules.scheduling.order_walk import merge_in_start_order
 from schedules.timeline import OpRecord, Span, Timeline, held_bytes_peaks
 from schedules.validator import validate
 
@@ -57,7 +57,7 @@ def op_times(schedule: Schedule, costs: StageCosts, check: bool = True
 def row_times(schedule: Schedule, costs: StageCosts, check: bool = True
               ) -> tuple[tuple[tuple[Action, ...], ...], list[list[tuple[float, float, float]]]]:
     """op_times row by row: each row's actions and (start, end, recompute part), in
-    row order: the list scheduler (schedules.list_schedule) with every device
+    row order: the list scheduler (schedules.scheduling.list_schedule) with every device
     issuing its row in order."""
     if check:
         validate(schedule)
@@ -92,7 +92,7 @@ def on_one_device(schedule: Schedule, costs: StageCosts) -> Schedule:
         dev1:  F0 F1 B0 B1  ->   (one row, each stage keeps its own order)
     """
     times = op_times(schedule, costs)
-    # the one order walker (schedules.order_walk) over the stages' own orders
+    # the one order walker (schedules.scheduling.order_walk) over the stages' own orders
     row = merge_in_start_order([st.actions for st in schedule.stages], dependency_map(schedule),
                                {a: t[0] for a, t in times.items()})
     stages = tuple(StageSpec((), st.recompute, st.swap_fraction, st.swap_blocks) for st in schedule.stages)

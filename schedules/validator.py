@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from schedules.actions import Priced, structure
 from schedules.errors import ScheduleError
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
-from schedules.list_schedule import list_schedule
-from schedules.text import format_grid
+from schedules.scheduling.list_schedule import list_schedule
+from schedules.formats.text import format_grid
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _stage_problems(schedule: Schedule, s: int) -> list[Problem]:
 
 
 def _deadlock(schedule: Schedule) -> list[Problem]:
-    """Rule 4: the list scheduler (schedules.list_schedule) runs every device's row
+    """Rule 4: the list scheduler (schedules.scheduling.list_schedule) runs every device's row
     in order, times aside (every duration 0); a run it cannot complete names the
     action each device stopped at (Run.waiting), here marked with the first input
     it waits for that never ran."""

@@ -6,7 +6,7 @@
 
 `gantt` times the whole command (generate, simulate, draw PNG + SVG) with the
 rasterised chart, and with --vector the same chart drawn bar by bar (the old way:
-schedules.gantt.RASTER_OPS raised above the op count) in the same run, with the
+schedules.formats.gantt.RASTER_OPS raised above the op count) in the same run, with the
 file sizes. `plan` times `obscura plan` on results/h200/profile_llama2-13b.json.
 Prints one line per figure; CPU seconds too, since the machine may be shared.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import schedules.gantt as gantt  # noqa: E402
+import schedules.formats.gantt as gantt  # noqa: E402
 from obscura_jax.cli.main import main, run_command  # noqa: E402
 
 

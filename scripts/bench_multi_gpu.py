@@ -26,7 +26,7 @@ from experiments import multi_gpu_bench as mgb
 from obscura_jax.cli.main import run_command
 from obscura_jax.errors import UsageError
 from experiments.multi_gpu_report import report
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 
 
 def main(argv=None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from obscura_jax.cli.main import run_command
 from obscura_jax.processes.launch import ENV_NUM, process_spec
 from obscura_jax.processes.supervise import launch_local
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from figlib import FIGURES_OUT
 from obscura_jax.cli.main import run_command
 from schedules import StageCosts, generate, simulate
-from schedules.gantt import draw_gantts, draw_memory
+from schedules.formats.gantt import draw_gantts, draw_memory
 
 
 def schedule_figures(out_dir) -> list[Path]:

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from figlib import FIGURES_OUT
 from obscura_jax.cli.main import run_command
 from experiments.figures import fig05_rows
-from schedules.gantt import draw_gantts
+from schedules.formats.gantt import draw_gantts
 
 
 def fig05_text(rows) -> str:

@@ -20,7 +20,7 @@ from obscura_jax.errors import UsageError
 from experiments.figures import Source, load_source, run_tasks, source_text
 from planner.identify import parse_memory_limit
 from experiments.paper import FAMILIES, NUM_STAGES, PAPER_LIMIT, SIZES
-from schedules.jsonio import replace_atomically
+from schedules.formats.jsonio import replace_atomically
 
 # Figures go here unless --out says otherwise: never over the committed results/figures.
 FIGURES_OUT = "figures_out"

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runnable withou
 import models  # noqa: E402  (after the path insert)
 from obscura_jax.cli.main import run_command  # noqa: E402
 from planner.layouts.measured import BENCH_REVISION, FORMAT  # noqa: E402
-from schedules.jsonio import write_json_atomic  # noqa: E402
+from schedules.formats.jsonio import write_json_atomic  # noqa: E402
 
 
 def _csv(cast):

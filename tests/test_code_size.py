@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("models", "schedules", "planner", "obscura_jax", "experiments", "scripts")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
+MAX_FOLDER_MODULES = 20     # a folder holds one part of the architecture; more: split it into wings
 
 
 def _sources():
@@ -25,6 +26,30 @@ def test_no_file_over_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in _sources()
             if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
     assert long == {}
+
+
+def folders_over(root: Path = ROOT, most: int = MAX_FOLDER_MODULES) -> dict[str, int]:
+    """Package folders holding more than `most` modules (__init__.py not counted)."""
+    counts = {}
+    for pkg in PACKAGES[:-1]:          # scripts/ is a folder of commands, not a package
+        for folder in [root / pkg, *(p for p in (root / pkg).rglob("*") if p.is_dir())]:
+            n = sum(1 for f in folder.glob("*.py") if f.name != "__init__.py")
+            if n > most:
+                counts[str(folder.relative_to(root))] = n
+    return counts
+
+
+def test_no_folder_holds_more_than_20_modules():
+    assert folders_over() == {}
+
+
+def test_the_folder_check_counts_modules(tmp_path):
+    (tmp_path / "planner" / "wing").mkdir(parents=True)
+    for i in range(3):
+        (tmp_path / "planner" / f"m{i}.py").write_text("")
+    (tmp_path / "planner" / "__init__.py").write_text("")
+    (tmp_path / "planner" / "wing" / "x.py").write_text("")
+    assert folders_over(tmp_path, most=2) == {"planner": 3}
 
 
 def test_long_functions_give_a_reason():

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from obscura_jax.errors import RunError
-from schedules.jsonio import write_text_atomic
+from schedules.formats.jsonio import write_text_atomic
 
 LOCK_NAME = ".obscura.lock"
 METRICS_NAME = "metrics.jsonl"

@@ -19,7 +19,7 @@ exit 2, nothing read and nothing written (docs/cli.md, "Every command").
   `--calibration`, `--profile`, `--measured`, `--from-torch-csv`, `--model-module`
   .py paths) that exists must be a regular file: a FIFO would block the read for
   ever, /dev/zero would never end.
-- A JSON input is read by the one bounded reader (schedules.jsonio.read_json:
+- A JSON input is read by the one bounded reader (schedules.formats.jsonio.read_json:
   nesting, integer digits, size), naming the flag.
 - A schedule or plan file (JSON, or torch's compute_only CSV) within the pipeline
   bounds of schedules.generators (MAX_STAGES, MAX_MICROBATCHES, MAX_PAIRS), which the
@@ -38,7 +38,7 @@ import tempfile
 from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
-from schedules.jsonio import MAX_INT_DIGITS, MAX_JSON_DEPTH, check_writable, file_kind as _kind, read_json
+from schedules.formats.jsonio import MAX_INT_DIGITS, MAX_JSON_DEPTH, check_writable, file_kind as _kind, read_json
 
 OUTPUT_FLAGS = {"json": "--json", "gantt": "--gantt", "csv": "--csv", "trace": "--trace",
                 "torch_csv": "--torch-csv", "schedule_json": "--schedule-json", "costs_json": "--costs-json"}

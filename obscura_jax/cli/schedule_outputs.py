@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from schedules import io
-from schedules.jsonio import write_json_atomic
-from schedules.torch_csv import save_torch_csv
-from schedules.trace import write_trace
+from schedules.formats import io
+from schedules.formats.jsonio import write_json_atomic
+from schedules.formats.torch_csv import save_torch_csv
+from schedules.formats.trace import write_trace
 
 
 def write_outputs(args, schedule, timeline, costs=None, title: str | None = None) -> None:
@@ -29,6 +29,6 @@ def write_outputs(args, schedule, timeline, costs=None, title: str | None = None
         write_trace(timeline, args.trace)
         print(f"wrote {args.trace}")
     if getattr(args, "gantt", None):
-        from schedules.gantt import draw_gantt  # lazy: matplotlib only when drawing
+        from schedules.formats.gantt import draw_gantt  # lazy: matplotlib only when drawing
         for path in draw_gantt(timeline, args.gantt, title):
             print(f"wrote {path}")

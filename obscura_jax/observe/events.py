@@ -11,7 +11,7 @@ direction of host copies (SO, SI), which run on their own copy streams and may
 finish out of order with compute.
 
 An action's start is inferred as what an in-order device implies, by the list
-scheduler (schedules.list_schedule) the simulator runs:
+scheduler (schedules.scheduling.list_schedule) the simulator runs:
     start = max(its dispatch time, end of the previous action in its lane,
                 end of every action it depends on (schedules.deps)).
 Cross-device transfer time is folded into the consumer. Error sources, stated honestly: a ready time is observed when the
@@ -36,7 +36,7 @@ import jax
 
 from schedules.actions import LANE_OF, Priced, structure
 from schedules.ir import Action
-from schedules.list_schedule import lane_run, list_schedule
+from schedules.scheduling.list_schedule import lane_run, list_schedule
 
 TRANSFER_LANE = "transfer"
 
@@ -155,7 +155,7 @@ def infer_ops(events: list[ActionEvent], num_stages: int, order: list[Action],
               origin: float | None = None, latest_end: float | None = None) -> list[MeasuredOp]:
     """Events in any order -> ops with inferred starts, relative to `origin` (the
     step's start; default: the first dispatch): the list scheduler
-    (schedules.list_schedule) over each device's part of the issue order, every action
+    (schedules.scheduling.list_schedule) over each device's part of the issue order, every action
     released at its dispatch and ending when it was seen ready, in its lane of the
     per-kind table (schedules.actions). `latest_end` (same clock as the events): no
     action ended later. The step's main thread saw every gradient ready then, while a
@@ -191,7 +191,7 @@ def _no_later(t: float, bound: float | None) -> float:
 def infer_transfers(transfers: list[TransferEvent], ops: list[MeasuredOp], origin: float,
                     latest_end: float | None = None) -> list[MeasuredTransfer]:
     """Transfers relative to `origin`, as an in-order copy lane per consumer stage
-    implies (as infer_ops does for compute): the list scheduler (schedules.list_schedule)
+    implies (as infer_ops does for compute): the list scheduler (schedules.scheduling.list_schedule)
     over one lane per consumer, copies in delivery order, each released at its
     delivery or its producer's end, whichever is later (a copy cannot begin before
     its data exists; the producer's time is measured, so it is a release, not an

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from models.registry import format_units
 from schedules.sizes import format_bytes, format_seconds
-from schedules.text import pipeline_shape
+from schedules.formats.text import pipeline_shape
 from schedules.timeline import BUBBLE_DEFINITION
 
 fmt_time = format_seconds     # '1.426 s', '83.8 ms', '22 us'

@@ -1,6 +1,6 @@
 """A measured run as a Perfetto trace, and its device kernels under jax.profiler.
 
-`measured_trace(outcome)` is the trace-event JSON (schedules.trace) of the step
+`measured_trace(outcome)` is the trace-event JSON (schedules.formats.trace) of the step
 the run charts (obscura_jax.observe.step_time: the lower-median timed step, whose wall
 time is the run's measured iteration time): one track per stage, its swap-out and
 swap-in tracks, the transfers arriving for it, each backward's recompute nested at
@@ -23,9 +23,9 @@ import jax
 from obscura_jax.observe.summary import measured_with_recompute
 from schedules.actions import COMPUTE_KINDS
 from schedules.ir import Kind
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 from schedules.timeline import OpRecord, Timeline
-from schedules.trace import Iteration, Transfer, trace_events
+from schedules.formats.trace import Iteration, Transfer, trace_events
 
 
 def measured_trace(outcome) -> dict | None:

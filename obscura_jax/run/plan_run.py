@@ -1,12 +1,12 @@
 """Running a plan (`obscura train --plan`): is it this run's model, and if not, may it
 run scaled down.
 
-A plan records what it was made for (planner.plan_meta.PlanSource). A run whose
+A plan records what it was made for (planner.plans.plan_meta.PlanSource). A run whose
 model, layer count, sequence length, micro-batch or dtypes differ is refused with
 one line naming what differs, unless the run asks for `plan_scale_down`
 (`--plan-scale-down`): then the plan's schedule, per-stage recompute sets and swap
 settings run on the run's model with the partition mapped proportionally onto its
-units (planner.plan_meta.scale_partition), and the run is labelled "not
+units (planner.plans.plan_meta.scale_partition), and the run is labelled "not
 comparable": nothing the plan predicts applies to it. This is how a 28B plan is
 tried on llama2-tiny.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from models.registry import format_units
 from obscura_jax.errors import UsageError
 from planner.errors import ProfileError
-from planner.plan_meta import mismatches, scale_partition
+from planner.plans.plan_meta import mismatches, scale_partition
 from planner.profile import family_of
 
 

@@ -19,7 +19,7 @@ from schedules.generators import check_pipeline_size
 from schedules.sizes import parse_int, split_items
 
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
-from schedules.io import load_schedule
+from schedules.formats.io import load_schedule
 from schedules.ir import Schedule, check_recompute_names
 from schedules.sizes import parse_bytes
 from schedules.validator import validate

@@ -40,7 +40,7 @@ from pathlib import Path
 from models.config import ModelConfig
 from planner.errors import PlanError
 from planner.layouts.unit_costs import UnitModel
-from schedules.jsonio import read_json
+from schedules.formats.jsonio import read_json
 
 FORMAT = "obscura-sweep-layers/1"
 # Revision of scripts/sweep_layer_bench.py's method. Files without it (revision 1)

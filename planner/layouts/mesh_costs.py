@@ -36,7 +36,7 @@ A stage on D x T devices (obscura_jax/runtime/stage_mesh.py) costs each of its d
                 proportions a profile does not record, so whole is the safe figure.
   data sync     the data-parallel gradient collective, once per step per stage
                 after its last backward (B or W): `gradient_sync_end`, a lane per device
-                of the list scheduler (schedules.list_schedule).
+                of the list scheduler (schedules.scheduling.list_schedule).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from models.units import abstract_unit_params
 from planner.errors import PlanError
 from planner.layouts.hardware import Hardware
 from planner.profile import OpProfile, Profile, UnitProfile, UNIT_KINDS
-from schedules.list_schedule import lane_run, list_schedule
+from schedules.scheduling.list_schedule import lane_run, list_schedule
 
 # The first column-parallel GEMM of each (family, unit kind): it pays SP's regather.
 FIRST_COLUMN_PARALLEL = {("llama", "attn"): "q", ("gpt", "attn"): "qkv",
@@ -262,7 +262,7 @@ def gradient_sync_end(timeline, syncs: Sequence[StageSync], overlap_backward: bo
                       ) -> tuple[float, float]:
     """(when the last device finishes its stages' data sync, the largest exposed
     collective time) over a simulated `timeline`: the list scheduler
-    (schedules.list_schedule) over one data-sync lane per device.
+    (schedules.scheduling.list_schedule) over one data-sync lane per device.
 
     A stage's gradient collective starts when its last backward (B, or W after a split
     one) has run; `overlap_backward` hides it under that backward as far as it lasts

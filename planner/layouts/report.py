@@ -7,7 +7,7 @@ import os
 
 from models.units import count_params
 from planner.layouts.sweep import ANALYTIC, SCALED, SweepResult
-from schedules.jsonio import replace_atomically
+from schedules.formats.jsonio import replace_atomically
 from schedules.sizes import GiB, format_bytes, format_seconds
 
 CSV_FIELDS = ("rank", "fits", "runnable", "mfu", "label", "micro_batch", "tp", "pp", "sp", "dp",
@@ -143,7 +143,7 @@ def csv_rows(r: SweepResult) -> list[dict]:
 
 
 def write_csv_atomic(path: str | os.PathLike, r: SweepResult) -> None:
-    """Write the CSV atomically (schedules.jsonio.replace_atomically)."""
+    """Write the CSV atomically (schedules.formats.jsonio.replace_atomically)."""
     rows = csv_rows(r)
 
     def write(tmp: str) -> None:

@@ -1,7 +1,7 @@
 """Dependency relaxation of any schedule (chunks, split backwards): the device rows
 Obscura on interleaved 1F1B and on ZB-H1 run (generators/obscura_on.py).
 
-List scheduling under a cost model (schedules.list_schedule, with the per-kind
+List scheduling under a cost model (schedules.scheduling.list_schedule, with the per-kind
 table priced for the base schedule: durations with action_overhead, transfers with
 link sharing next to a stage whose settings swap): devices not capped keep their
 row; a capped device, whenever it is free, runs the first action of its row (in
@@ -26,7 +26,7 @@ from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule
 from schedules.generators.relaxation import CappedRun
-from schedules.list_schedule import Relaxed, list_schedule
+from schedules.scheduling.list_schedule import Relaxed, list_schedule
 from schedules.simulator import price_schedule
 
 _QUEUE = {Kind.F: "F", Kind.B: "BI", Kind.I: "BI", Kind.W: "W"}
@@ -60,7 +60,7 @@ class DeviceRelaxation:
         (a device's remaining work cannot end by then). `sizes` (every action of
         the capped devices -> (rise, net)) counts the caps in those units (e.g.
         bytes) instead of blocks; `fits`: kinds that start only in a gap they fit
-        (both: schedules.list_schedule.Relaxed). Block caps start from a remembered
+        (both: schedules.scheduling.list_schedule.Relaxed). Block caps start from a remembered
         run (CappedRun); byte caps run whole."""
         if sizes is None and not fits:
             done = self.relax.timed(caps, limit)

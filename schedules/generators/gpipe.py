@@ -2,7 +2,7 @@
 FIFO rule of the validator wants). Holds m micro-batches on every stage.
 
 p=4, m=8, f=1, b=2, makespan 33 (one char = one time unit; upper line: F/B running,
-lower line: the micro-batch each op works on; see schedules.text.timeline_ascii):
+lower line: the micro-batch each op works on; see schedules.formats.text.timeline_ascii):
 
     stage 0 |FFFFFFFF.........BBBBBBBBBBBBBBBB|
             |01234567         0-1-2-3-4-5-6-7-|

@@ -5,7 +5,7 @@ cost model.
 relaxed stage alternates forward and backward and swaps the two when the preferred
 one is late. (device_relax.py relaxes any schedule, chunks and split backwards: a
 relaxed device runs the first action of its given row whose inputs are there.)
-Both are the one list scheduler (schedules.list_schedule) with a chooser of their
+Both are the one list scheduler (schedules.scheduling.list_schedule) with a chooser of their
 own, over the per-kind table (schedules.actions). `StageRelaxation` is relaxed_rows
 priced once for the cap search, whose trials start from the last run that met the
 target (generators/relaxation.py).
@@ -36,7 +36,7 @@ from schedules.costs import StageCosts
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind
 from schedules.generators.relaxation import CappedRun
-from schedules.list_schedule import list_schedule
+from schedules.scheduling.list_schedule import list_schedule
 
 
 class StageRelaxation:

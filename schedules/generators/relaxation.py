@@ -2,7 +2,7 @@
 (generators/caps.py) costs.
 
 `CappedRun(run, queues, alternate)` holds a priced run (schedules.actions) and, per
-device that may be capped, the queues its chooser walks (schedules.list_schedule:
+device that may be capped, the queues its chooser walks (schedules.scheduling.list_schedule:
 Relaxed); `timed(caps, limit)` is the list scheduler's Run of those devices
 relaxed under `caps` (the others issue their rows in order). The two relaxations
 (relax.py: the paper's stage policy; device_relax.py: any schedule) are this with
@@ -46,7 +46,7 @@ from typing import Sequence
 from schedules.actions import COMPUTE, Priced
 from schedules.generators.caps import first_over
 from schedules.ir import Action
-from schedules.list_schedule import Known, Relaxed, Run, list_schedule
+from schedules.scheduling.list_schedule import Known, Relaxed, Run, list_schedule
 
 _SLACK = 1e-12     # as list_schedule's: a run ending within it of the limit meets it
 _REMEMBERED = 4    # runs kept to start trials from (each a few MB at p = 64, m = 512)

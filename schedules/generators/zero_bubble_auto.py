@@ -12,7 +12,7 @@ dropped, until W). Without activation bytes in the costs (none given, or act_byt
 all 0) a block counts 1 from its F to its W.
 
 The heuristic, as the paper describes it, on the one list scheduler
-(schedules.list_schedule): every stage is a relaxed device whose queues are its
+(schedules.scheduling.list_schedule): every stage is a relaxed device whose queues are its
 forwards, its I and its W, each in micro-batch order; when free it starts the
 first ready one in the order of a preference row (`lead_row`: `lead` forwards, then
 pairs (I, F), with the W after everything or each W(x) right after I(x + s), as
@@ -109,7 +109,7 @@ class BlockCharge:
         return cls(after_f, max(0.0, max(after_i) - after_f), after_i[-1] - after_f)
 
     def sizes(self, stage: int, num_microbatches: int) -> dict[Action, tuple[float, float]]:
-        """Action -> (rise, net): the chooser's charges (schedules.list_schedule.Relaxed)."""
+        """Action -> (rise, net): the chooser's charges (schedules.scheduling.list_schedule.Relaxed)."""
         out = {}
         for x in range(num_microbatches):
             out[Action(stage, Kind.F, x)] = (self.forward + self.input_rise, self.forward)

@@ -31,7 +31,7 @@ def test_runconfig_takes_a_schedule_object_name_or_path(tmp_path):
     assert "[0, 5)" in res.report() and res.timeline is not None and res.simulated is None
     check = res.check()
     assert check["equal"] and check["max_loss_rel_diff"] <= 1e-5
-    schedules.io.save_schedule(sched, tmp_path / "hand.json")
+    schedules.formats.io.save_schedule(sched, tmp_path / "hand.json")
     from_file = obscura_jax.train(RunConfig(schedule=tmp_path / "hand.json", measure_costs=False, **SHAPE),
                                   devices="cpu:2")
     np.testing.assert_allclose(from_file.losses, res.losses, rtol=1e-6)

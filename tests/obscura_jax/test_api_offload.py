@@ -7,7 +7,7 @@ import json
 import models
 import obscura_jax
 from obscura_jax import RunConfig
-from schedules.trace import check_trace_events
+from schedules.formats.trace import check_trace_events
 
 
 def test_train_with_a_recompute_policy_that_offloads_equals_the_reference():

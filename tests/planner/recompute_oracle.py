@@ -1,11 +1,11 @@
-"""The recompute IP's test oracle: the same problem (planner.recompute_ip) solved by
+"""The recompute IP's test oracle: the same problem (planner.recompute.recompute_ip) solved by
 enumerating every op subset, and "full", of every adjusted stage."""
 from __future__ import annotations
 
 import itertools
 
 from planner.profile import FULL
-from planner.recompute_ip import RecomputeProblem, RecomputeSolution, score_closed_form
+from planner.recompute.recompute_ip import RecomputeProblem, RecomputeSolution, score_closed_form
 
 
 def _key(problem, sets):

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from planner.device_choice import _greedy, choose_device, leanest
-from planner.memory_rows import MemoryRows
-from planner.recompute_options import Option, pareto
+from planner.recompute.memory_rows import MemoryRows
+from planner.recompute.recompute_options import Option, pareto
 
 
 def _front(rng, n):

@@ -19,7 +19,7 @@ from planner.layouts.unit_costs import unit_splits
 from planner.mesh_plan import plan_mesh, profile_device, profile_model
 from planner.plan import plan_search
 from planner.profile import FULL, UNIT_KINDS, derive_profile
-from planner.residuals import exact_unit_kept
+from planner.recompute.residuals import exact_unit_kept
 from schedules import simulate
 from tests.planner.synthetic import synthetic_profile
 

@@ -8,7 +8,7 @@ import json
 import re
 
 from schedules.ir import Action, Kind, Schedule, StageSpec
-from schedules.text import format_grid
+from schedules.formats.text import format_grid
 
 _LONG = re.compile(r"^(\d+)(SO|SI|F|B|I|W)(\d+)$")
 _SHORT = re.compile(r"^(SO|SI|F|B|I|W)(\d+)$")

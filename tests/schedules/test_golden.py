@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from schedules import StageCosts, generate, simulate
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 from tests.schedules.helpers import schedule_text
 
 GOLDEN = Path(__file__).parent / "golden"

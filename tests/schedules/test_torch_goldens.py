@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schedules import StageCosts, generate, simulate
-from schedules.torch_csv import load_torch_csv
+from schedules.formats.torch_csv import load_torch_csv
 from tests.schedules.helpers import longest_path_times
 
 GOLDENS = Path(__file__).parent / "goldens" / "torch"

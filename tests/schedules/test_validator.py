@@ -3,7 +3,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from schedules import Action, Kind, Schedule, ScheduleError, StageSpec, generate, validate
 from schedules.deps import dependency_table
-from schedules.text import format_grid
+from schedules.formats.text import format_grid
 from schedules.validator import Problem, _deadlock, _stage_problems
 from tests.budget import examples
 from tests.schedules.helpers import corrupt, replace_row
@@ -211,7 +211,7 @@ def test_the_schedulers_stuck_actions_are_the_walks_deadlock(name, p, swaps):
 
 
 def test_a_stuck_overlapped_pair_is_the_walks_deadlock():
-    """A pair that waits on its own unit (tests/schedules/test_torch_csv.py): the
+    """A pair that waits on its own unit (tests/schedules/formats/test_torch_csv.py): the
     scheduler stops at the pair, as the walk did, with the same message."""
     rows = [[Action.parse(a) for a in r.split()] for r in ("0F0 3F0 3B0 0F1 3F1 3B1 0B0 0B1",
                                                           "1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1")]

@@ -29,7 +29,7 @@ from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import compare_report, train_report
 from schedules.generators import SCHEDULES
-from schedules.jsonio import check_writable, write_json_atomic, write_text_atomic
+from schedules.formats.jsonio import check_writable, write_json_atomic, write_text_atomic
 from obscura_jax.run.run_config import DEFAULT_STAGES
 from schedules.generators import SCHEDULES
 from schedules.sizes import parse_int, parse_real, split_items
@@ -186,7 +186,7 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
     from obscura_jax.observe.summary import simulated_with_optimizer
     from obscura_jax.observe.trace import write_measured_trace
     from obscura_jax.run.trainer import train
-    from schedules.gantt import draw_gantt, draw_gantts  # lazy: matplotlib
+    from schedules.formats.gantt import draw_gantt, draw_gantts  # lazy: matplotlib
 
     lead = group.is_leader
     say = print if lead else (lambda *_: None)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from obscura_jax.errors import UsageError
-from schedules.jsonio import read_json
+from schedules.formats.jsonio import read_json
 
 SWEEP_FORMAT = "obscura-sweep/1"
 ATTENTIONS = ("xla", "cudnn")

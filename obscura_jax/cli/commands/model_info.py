@@ -6,7 +6,7 @@ from __future__ import annotations
 import models
 from obscura_jax.cli.blame import check_user_model
 from obscura_jax.cli.main import add_model_module
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 from schedules.sizes import format_bytes
 
 

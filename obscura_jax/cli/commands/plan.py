@@ -160,7 +160,7 @@ def offload_lines(prof, plan, offload: frozenset, args) -> list[str]:
     they do not count (a backward brings its micro-batch's offloaded bytes back to
     the device) and whether that still fits, and how to train the plan."""
     from planner.costs import host_kept_bytes  # lazy (both): the planner loads JAX
-    from planner.residuals import exact_unit_kept
+    from planner.recompute.residuals import exact_unit_kept
 
     ops = ", ".join(o for o in prof.op_names if o in offload)
     host = [host_kept_bytes(prof, st.units, st.recompute, offload) for st in plan.stages]
@@ -187,7 +187,7 @@ def export(args, res) -> None:
     reproduce its time with `simulate`."""
     if not any(getattr(args, f) for f in ("schedule_json", "costs_json", "torch_csv", "trace", "gantt")):
         return
-    from planner.plan_export import recomputing_stages  # lazy: only when exporting
+    from planner.plans.plan_export import recomputing_stages  # lazy: only when exporting
     ev = res.best
     timeline = simulate(ev.schedule, ev.costs, check=False)
     write_outputs(args, ev.schedule, timeline, ev.costs,

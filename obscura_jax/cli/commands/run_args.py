@@ -15,9 +15,9 @@ from obscura_jax.processes.launch import process_spec, without_flag
 from obscura_jax.processes.supervise import launch_local
 from obscura_jax.observe.step_time import timed
 from obscura_jax.run.run_config import DEFAULT_MICROBATCHES, DEFAULT_STAGES, RunConfig, default_warmup_steps
-from planner.plan_meta import layout_from_json, source_from_json
+from planner.plans.plan_meta import layout_from_json, source_from_json
 from schedules.generators import CHUNKED
-from schedules.jsonio import read_json
+from schedules.formats.jsonio import read_json
 from schedules.sizes import split_items
 
 

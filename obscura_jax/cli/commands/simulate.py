@@ -28,11 +28,11 @@ from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
 from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_stages
-from schedules.jsonio import read_json, write_json_atomic
+from schedules.formats.jsonio import read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.sizes import parse_int, parse_real, split_items
-from schedules.text import pipeline_shape, timeline_ascii
-from schedules.torch_csv import load_torch_csv
+from schedules.formats.text import pipeline_shape, timeline_ascii
+from schedules.formats.torch_csv import load_torch_csv
 
 _COST_FLAGS = ("fwd", "bwd", "recompute_time", "act_bytes", "act_bytes_recompute", "host_bandwidth",
                "p2p_latency", "p2p_bandwidth", "boundary_bytes", "input_grad_time", "weight_grad_time",

@@ -16,7 +16,7 @@ import models
 from obscura_jax.cli.main import add_model_module
 from obscura_jax.errors import UsageError
 from planner.device import device_spec
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 from schedules.sizes import GiB, parse_bytes
 
 TOKENS_PER_BATCH = 4 * 1024 * 1024   # LLaMA's 4M-token global batch

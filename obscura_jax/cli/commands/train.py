@@ -18,7 +18,7 @@ from obscura_jax.checkpoints.directory import check_unlocked
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import train_report
 from schedules.generators import SCHEDULES
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 
 
 def add_parser(sub):

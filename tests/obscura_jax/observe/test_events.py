@@ -143,7 +143,7 @@ def test_transfers_are_timed_on_their_consumers_lane_after_their_producer(progs)
 
 def _walked_transfers(transfers, ops, origin, latest_end=None):
     """The hand walk infer_transfers was before its copy lanes became the list
-    scheduler's (schedules.list_schedule.lane_run): the reference it must match."""
+    scheduler's (schedules.scheduling.list_schedule.lane_run): the reference it must match."""
     end = {op.action.long: op.end for op in ops}
     lane_end, out = {}, []
     for t in sorted(transfers, key=lambda t: t.delivered):

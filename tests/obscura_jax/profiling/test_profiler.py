@@ -21,7 +21,7 @@ from planner.plan import load_plan, plan_to_schedule
 from planner.profile import load_profile
 from tests.planner.profile_times import fixed_times_file
 from obscura_jax.profiling.profiler import profile_model
-from planner.residuals import exact_unit_kept, marginal_op_bytes
+from planner.recompute.residuals import exact_unit_kept, marginal_op_bytes
 from planner.search import Setting
 from schedules import validate
 

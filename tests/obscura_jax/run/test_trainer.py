@@ -69,7 +69,7 @@ def test_measured_zb_h1_timeline_shows_w_as_its_own_spans(tmp_path):
 
     from obscura_jax.api import TrainResult
     from schedules.ir import Kind
-    from schedules.trace import write_trace
+    from schedules.formats.trace import write_trace
     run = RunConfig(steps=2, schedule="zb-h1", **{**RUN, "stages": 4, "microbatches": 4})
     out = train(run, lambda p: place_stages(p, "cpu", 4), log=lambda s: None)
     ops = {(o.stage, o.kind, o.microbatch): o for o in out.timeline.ops}

@@ -194,7 +194,7 @@ def test_weights_per_gpu_follow_the_registry():
 
 def _walked_sync_end(timeline, syncs, overlap_backward):
     """The hand walk gradient_sync_end was before its devices became lanes of the list
-    scheduler (schedules.list_schedule.lane_run): the reference it must match."""
+    scheduler (schedules.scheduling.list_schedule.lane_run): the reference it must match."""
     end = worst = 0.0
     by_device = {}
     for s, sync in enumerate(syncs):

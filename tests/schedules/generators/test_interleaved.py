@@ -3,7 +3,7 @@ import pytest
 
 from schedules import Kind, ScheduleError, StageCosts, generate, simulate
 from schedules.generators.interleaved import interleaved_row
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 
 
 def test_acceptance_p4_m8_v2_is_the_1f1b_bubble_over_v():

@@ -6,7 +6,7 @@ import pytest
 
 from schedules import Kind, ScheduleError, StageCosts, generate, simulate
 from schedules.generators import model_stages
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 
 
 def _unit(p, v):

@@ -7,7 +7,7 @@ import pytest
 
 from schedules import Kind, StageCosts, generate, simulate
 from schedules.generators import model_stages
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 
 
 def test_acceptance_p4_m8_v2_is_57():

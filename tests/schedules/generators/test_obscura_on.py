@@ -4,7 +4,7 @@ import pytest
 
 from schedules import Kind, ScheduleError, StageCosts, generate, simulate
 from schedules.generators.obscura_on import held_peaks, migration_bounds
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 from schedules.zoo_grid import OBSCURA_ON, device_costs
 
 

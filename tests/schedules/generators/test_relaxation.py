@@ -18,7 +18,7 @@ from schedules.generators.common import one_f_one_b_row
 from schedules.generators.device_relax import DeviceRelaxation
 from schedules.generators.relax import StageRelaxation
 from schedules.generators.strawman import strawman_warmup
-from schedules.list_schedule import Known, list_schedule
+from schedules.scheduling.list_schedule import Known, list_schedule
 
 
 def _costs(rng, n):

@@ -5,7 +5,7 @@ from schedules import Kind, StageCosts, generate, simulate
 from schedules.generators import V_SHAPED, model_stages
 from schedules.generators.v_shape import PERIOD, building_block, repeated_rows
 from schedules.simulator import makespan
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 from schedules.generators.common import assemble_devices
 from schedules.generators.zero_bubble import zb_v_stage_to_device
 

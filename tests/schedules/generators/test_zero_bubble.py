@@ -3,7 +3,7 @@ behind the ZB-H1 acceptance figures (CP-SAT)."""
 import pytest
 
 from schedules import Kind, StageCosts, generate, simulate
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 
 UNIT = StageCosts.uniform(4, 1.0, 2.0, 0.0)    # f = 1, I = W = 1
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from schedules import Kind, ScheduleError, StageCosts, generate, simulate
 from schedules.generators.common import setup
 from schedules.generators.zero_bubble_auto import auto_rows, zb_auto
-from schedules.text import timeline_ascii
+from schedules.formats.text import timeline_ascii
 from tests.budget import examples
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, p, 2 * p + 1, 3 * p)]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from schedules.trace import check_trace_events
+from schedules.formats.trace import check_trace_events
 
 from obscura_jax.cli.main import main
 from obscura_jax.observe.report import CPU_NOTE, fmt_time

@@ -96,7 +96,7 @@ def test_simulate_never_imports_jax():
     import sys
     code = ("import sys; from obscura_jax.cli.main import main; "
             "main(['simulate','--schedule','obscura','--stages','4','--microbatches','8','--adjusted','1']); "
-            "import schedules.gantt; assert 'jax' not in sys.modules, 'jax imported'")
+            "import schedules.formats.gantt; assert 'jax' not in sys.modules, 'jax imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 

@@ -11,7 +11,7 @@ import pytest
 
 from obscura_jax.cli.main import main
 from obscura_jax.observe.report import fmt_time
-from schedules.trace import check_trace_events
+from schedules.formats.trace import check_trace_events
 
 BASE = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "4",
         "--micro-batch-size", "2", "--seq-len", "16", "--devices", "cpu:4", "--no-progress",
@@ -382,7 +382,7 @@ def test_help_texts_say_what_the_code_does():
 
 
 def test_a_plan_is_checked_as_a_whole_before_training(capsys, tmp_path, monkeypatch):
-    """train --plan with parts that disagree (planner.plan_file; docs/formats.md):
+    """train --plan with parts that disagree (planner.plans.plan_file; docs/formats.md):
     one line naming the plan, exit 2, before any work."""
     from tests.obscura_jax.cli.commands import badinput
     stage = {"adjusted": False, "recompute": [], "swap_blocks": 0, "swap_fraction": 0.0, "predicted_peak_bytes": 0}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from obscura_jax.cli.main import main
-from schedules.trace import check_trace_events
+from schedules.formats.trace import check_trace_events
 from tests.obscura_jax.cli.commands.badinput import check
 
 RUN = ["train", "--model", "llama2-tiny", "--stages", "4", "--microbatches", "8", "--devices", "cpu:4"]

@@ -1,4 +1,4 @@
-"""A relaxed device's chooser for the list scheduler (schedules/list_schedule.py):
+"""A relaxed device's chooser for the list scheduler (schedules/scheduling/list_schedule.py):
 what the device is told (`Relaxed`), the state the loop keeps for it as it places
 actions (`ChooserState`: its queues' heads, the blocks it holds), and the gap-fitting
 pick (`choose_fitting`). Kept apart from the loop so the loop reads as the lanes'

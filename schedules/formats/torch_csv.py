@@ -39,7 +39,7 @@ from pathlib import Path
 
 from schedules.actions import COMPUTE_KINDS
 from schedules.bounds import MAX_STAGES, check_action_count, check_index, check_pipeline_size
-from schedules.jsonio import read_text, write_text_atomic
+from schedules.formats.jsonio import read_text, write_text_atomic
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Kind, Schedule, StageSpec
 from schedules.validator import validate

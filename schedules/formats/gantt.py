@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from schedules.ir import Kind
-from schedules.jsonio import replace_atomically
+from schedules.formats.jsonio import replace_atomically
 from schedules.sizes import format_seconds
 from schedules.timeline import Timeline, idle_intervals
 
@@ -288,7 +288,7 @@ def draw_memory(timeline: Timeline, path_png, title: str | None = None, svg: boo
 
 def _save(fig, path_png, svg: bool) -> list[Path]:
     """Write the figure as PNG (and SVG beside it), each atomically
-    (schedules.jsonio.replace_atomically); the paths written."""
+    (schedules.formats.jsonio.replace_atomically); the paths written."""
     path_png = Path(path_png)
     # tight_layout (done once, above) leaves a placeholder layout engine, and any engine
     # makes savefig draw the whole figure once more before drawing it to the file

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from schedules.actions import COMPUTE, HOST_IN, HOST_OUT, KINDS
 from schedules.errors import ScheduleError
-from schedules.jsonio import write_json_atomic
+from schedules.formats.jsonio import write_json_atomic
 from schedules.timeline import Timeline
 
 COMPUTE_LANE = (0, "compute")

@@ -5,7 +5,7 @@ import pytest
 
 from schedules import OpRecord, StageCosts, Timeline, generate, simulate
 from schedules.errors import ScheduleError
-from schedules.trace import Iteration, Transfer, check_trace_events, trace_events, write_trace
+from schedules.formats.trace import Iteration, Transfer, check_trace_events, trace_events, write_trace
 
 
 def test_every_op_is_one_complete_event_on_its_device_and_lane(tmp_path):

@@ -8,7 +8,7 @@ such an order (a copy, SO/SI, starts on its own lane, possibly after the stage's
 next compute; zero-length actions tie), so the walk is a topological sort that
 takes the ready action with the earliest start, ties broken by (chain, position in
 the chain): dependencies always come first, even between actions that start
-together. The starts are the list scheduler's (schedules.list_schedule); the walk
+together. The starts are the list scheduler's (schedules.scheduling.list_schedule); the walk
 times nothing.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""planner.recompute_options: a stage's efficient recompute choices, priced as the
+"""planner.recompute.recompute_options: a stage's efficient recompute choices, priced as the
 planner prices them."""
 import pytest
 
 from planner.costs import kept_bytes, recompute_time, working_bytes
 from planner.profile import FULL, LAYER
-from planner.recompute_options import Option, pareto, stage_options
+from planner.recompute.recompute_options import Option, pareto, stage_options
 from tests.planner.synthetic import synthetic_profile
 
 

@@ -27,7 +27,7 @@ import os
 from schedules.bounds import check_action_count, check_index, check_pipeline_size
 from schedules.errors import ScheduleError
 from schedules.ir import Action, Schedule, StageSpec
-from schedules.jsonio import read_json, write_json_atomic
+from schedules.formats.jsonio import read_json, write_json_atomic
 from schedules.validator import validate
 
 FORMAT = "obscura-schedule/2"

@@ -7,11 +7,11 @@ import pytest
 
 from schedules import Action, Kind, ScheduleError, StageCosts, generate, simulate
 from schedules.actions import COMPUTE_KINDS
-from schedules.text import timeline_ascii
-from schedules.torch_csv import from_torch_csv, load_torch_csv, save_torch_csv, to_torch_csv
+from schedules.formats.text import timeline_ascii
+from schedules.formats.torch_csv import from_torch_csv, load_torch_csv, save_torch_csv, to_torch_csv
 from tests.schedules.helpers import longest_path_times, schedule_text
 
-DATA = Path(__file__).parent / "data" / "torch"
+DATA = Path(__file__).parents[1] / "data" / "torch"
 
 
 def _cells(text):
@@ -107,7 +107,7 @@ def test_reduce_grad_and_fsdp_cells_are_skipped_with_one_note():
 
 
 def test_without_a_notes_list_the_note_is_logged_once(caplog):
-    with caplog.at_level("WARNING", logger="schedules.torch_csv"):
+    with caplog.at_level("WARNING", logger="schedules.formats.torch_csv"):
         from_torch_csv("0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n")
     assert [r.getMessage() for r in caplog.records] == [
         "note: torch CSV: skipped 2 REDUCE_GRAD cells (gradient reduction and FSDP sharding run no stage compute; "

@@ -1,4 +1,4 @@
-"""The one order walker (schedules.order_walk): the engine's issue order and the
+"""The one order walker (schedules.scheduling.order_walk): the engine's issue order and the
 one-device merge are the same walk over different chains, and give, action for
 action, the orders their own two walks gave (kept here as references)."""
 import heapq

@@ -1,7 +1,7 @@
 import pytest
 
 from schedules import StageCosts, generate, simulate
-from schedules.gantt import COLORS, _lighter, draw_gantt, draw_gantts, draw_memory
+from schedules.formats.gantt import COLORS, _lighter, draw_gantt, draw_gantts, draw_memory
 
 
 def test_gantt_and_memory_files(tmp_path):
@@ -73,7 +73,7 @@ def _bar_collections(timeline):
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
 
-    from schedules.gantt import _draw
+    from schedules.formats.gantt import _draw
     ax = Figure().subplots()
     _draw(ax, timeline, None, timeline.iteration_time)
     return [c for c in ax.collections if isinstance(c, PolyCollection)]

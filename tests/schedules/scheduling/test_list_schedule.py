@@ -1,4 +1,4 @@
-"""The one list scheduler (schedules.list_schedule) over the per-kind table
+"""The one list scheduler (schedules.scheduling.list_schedule) over the per-kind table
 (schedules.actions): the relaxations, re-simulated with the same settings, give
 their own makespan, with launch overheads and links shared next to swapping
 stages (the simulator and the relaxations are the same loop); and every path that
@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-import schedules.list_schedule as list_schedule_module
+import schedules.scheduling.list_schedule as list_schedule_module
 from schedules import Action, Kind, Schedule, StageCosts, StageSpec, generate, issue_order, simulate, validate
 from schedules.errors import ScheduleError
 from schedules.generators.caps import held_peaks
@@ -21,7 +21,7 @@ from schedules.generators.common import one_f_one_b_row
 from schedules.generators.device_relax import DeviceRelaxation
 from schedules.generators.relax import relaxed_rows
 from schedules.generators.strawman import strawman_warmup
-from schedules.list_schedule import Run
+from schedules.scheduling.list_schedule import Run
 from schedules.simulator import on_one_device, price_schedule
 from tests.budget import examples
 
@@ -154,7 +154,7 @@ ORIGINAL = list_schedule_module.list_schedule
 
 @pytest.fixture
 def scheduler_runs(monkeypatch):
-    """schedules.list_schedule.list_schedule, wherever a module bound it, counting its
+    """schedules.scheduling.list_schedule.list_schedule, wherever a module bound it, counting its
     runs and handing back every time SHIFT later: a path that gives times of its own
     (a second walk) neither counts nor moves."""
     import obscura_jax.observe.events  # noqa: F401  lazy: JAX; bound before the patch, like every other caller

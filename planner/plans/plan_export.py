@@ -5,7 +5,7 @@
     run.schedule, run.costs          # schedules.Schedule, schedules.StageCosts
     schedules.simulate(run.schedule, run.costs).makespan == plan.predicted_iteration_time
 
-The schedule is the plan's own (planner.plan_file.plan_to_schedule: its recorded
+The schedule is the plan's own (planner.plans.plan_file.plan_to_schedule: its recorded
 order, recompute sets and swaps); the costs are planner.costs.stage_costs over its
 partition and recompute sets, with the traced kept bytes where the profile's model
 is registered (as the search priced it). `obscura plan --schedule-json S --costs-json
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costs import stage_costs
-from planner.plan_file import Plan, plan_to_schedule
+from planner.plans.plan_file import Plan, plan_to_schedule
 from planner.profile import Profile
 from schedules import Schedule, StageCosts
 
@@ -33,7 +33,7 @@ class PlannedRun:
 def planned_run(plan: Plan, profile: Profile, exact_residuals: bool = True) -> PlannedRun:
     """The schedule and StageCosts `plan` was judged with, for `profile` (the one it
     was made from, `--layers` applied as when planning)."""
-    from planner.residuals import exact_unit_kept  # lazy: traces the model's residuals (JAX)
+    from planner.recompute.residuals import exact_unit_kept  # lazy: traces the model's residuals (JAX)
     kept = exact_unit_kept(profile) if exact_residuals else None
     sets = [frozenset(st.recompute) for st in plan.stages]
     return PlannedRun(plan_to_schedule(plan), stage_costs(profile, plan.partition, sets, unit_kept=kept))

@@ -2,7 +2,7 @@
 
 A stage recomputes one set R of op names (or a preset: `full`, `layer`) in every
 unit it holds. For each unit kind, every subset of the ops whose output the forward
-would keep is priced as the recompute IP prices it (planner.recompute_ip): per unit
+would keep is priced as the recompute IP prices it (planner.recompute.recompute_ip): per unit
 
     kept(R) = base + sum of the bytes each op not in R frees alone
     time(R) = min(sum of the times of the ops in R, the unit's full recompute)
@@ -16,7 +16,7 @@ presets, then pruned again. The fronts are small (Llama-2: 5 ops per kind that
 keep bytes, so 32 subsets, a dozen or so efficient), so a device's choice among
 them can be exact (planner.device_choice).
 
-The bytes are the IP's linear model (planner.residuals.marginal_op_bytes when the
+The bytes are the IP's linear model (planner.recompute.residuals.marginal_op_bytes when the
 profile's model is traceable, else the profile's additive bytes); the simulation of
 the chosen sets uses the exact figure (planner.costs.kept_bytes), and the search
 tightens a device whose exact peak exceeds the limit (planner.family_search).
@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from planner.costs import kept_bytes, recompute_time, working_bytes
 from planner.profile import FULL, LAYER, Profile
-from planner.residuals import marginal_op_bytes
+from planner.recompute.residuals import marginal_op_bytes
 
 MAX_KIND_OPS = 14   # beyond this a kind's subsets are not enumerated: only its presets are offered
 

@@ -5,7 +5,7 @@ import pytest
 
 from planner.costs import stage_views
 from planner.profile import FULL, OpProfile, Profile, UnitProfile
-from planner.recompute_ip import RecomputeProblem, StageProblem, score_closed_form, solve
+from planner.recompute.recompute_ip import RecomputeProblem, StageProblem, score_closed_form, solve
 from tests.planner.recompute_oracle import brute_force
 from planner.search import Setting, stage_problem
 
@@ -131,7 +131,7 @@ def test_ctrl_c_stops_the_native_solve_and_propagates():
 
     from ortools.sat.python import cp_model
 
-    from planner.recompute_ip import _solve_interruptibly
+    from planner.recompute.recompute_ip import _solve_interruptibly
     rng = random.Random(0)
     model = cp_model.CpModel()   # a hard model: 60 items, 12 knapsacks, equal-ish weights
     xs = [[model.new_bool_var(f"x{i}_{k}") for k in range(12)] for i in range(60)]

@@ -1,11 +1,11 @@
-"""planner.plan_file: the plan JSON round-trips and bad files are refused in one line."""
+"""planner.plans.plan_file: the plan JSON round-trips and bad files are refused in one line."""
 import json
 
 import pytest
 
 from planner.errors import PlanError
 from planner.plan import make_plan
-from planner.plan_file import load_plan, plan_from_json, plan_to_schedule, save_plan
+from planner.plans.plan_file import load_plan, plan_from_json, plan_to_schedule, save_plan
 from schedules import validate
 from tests.planner.test_plan import P, PROF, floor_limit
 

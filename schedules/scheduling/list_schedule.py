@@ -16,7 +16,7 @@ chooser each device gets:
                             bisection (generators/caps.py) and the zero-bubble
                             heuristic under a memory limit (generators/zero_bubble_auto.py)
 
-(Relaxed and the state the loop keeps for it live in schedules/relaxed_chooser.py.)
+(Relaxed and the state the loop keeps for it live in schedules/scheduling/relaxed_chooser.py.)
 
 An action starts at the latest of its inputs' ends (plus the transfer from another
 device) and of its lane's rule (schedules/actions.py): compute runs in the order
@@ -57,7 +57,7 @@ from typing import Sequence
 
 from schedules.actions import COMPUTE, HOST_IN, HOST_OUT, LANES, Priced
 from schedules.ir import Kind
-from schedules.relaxed_chooser import ChooserState, Relaxed, choose_fitting
+from schedules.scheduling.relaxed_chooser import ChooserState, Relaxed, choose_fitting
 
 __all__ = ["Known", "Relaxed", "Run", "lane_run", "list_schedule"]
 

@@ -1,4 +1,4 @@
-"""schedules.jsonio's input and output guards (for Python API users): only a
+"""schedules.formats.jsonio's input and output guards (for Python API users): only a
 regular file is opened, within a size bound; JSON too deep or with a huge integer is
 one line naming the file; an existing FIFO or device node is never replaced."""
 import os
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from models.errors import ObscuraError
-from schedules import jsonio
-from schedules.jsonio import check_writable, file_kind, read_json, read_text, write_json_atomic, write_text_atomic
+from schedules.formats import jsonio
+from schedules.formats.jsonio import check_writable, file_kind, read_json, read_text, write_json_atomic, write_text_atomic
 
 
 def _one_line(call, *args):

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import models
 from planner.errors import PlanError
 from planner.plan import load_plan, make_plan, plan_from_json, save_plan
-from planner.plan_meta import PlanSource, mismatches, scale_partition, source_from_json
+from planner.plans.plan_meta import PlanSource, mismatches, scale_partition, source_from_json
 from planner.profile import save_profile
 from tests.planner.synthetic import synthetic_profile
 from tests.budget import examples
@@ -104,7 +104,7 @@ def test_a_derived_model_is_its_base_model_with_more_layers():
 
 
 def test_a_plan_without_a_layout_is_for_one_device_a_stage():
-    from planner.plan_meta import layout_from_json
+    from planner.plans.plan_meta import layout_from_json
     assert layout_from_json({}) == (1, 1)
     assert layout_from_json({"layout": {"data": 4, "tensor": 2}}) == (4, 2)
     with pytest.raises(PlanError, match="layout 'tensor'"):

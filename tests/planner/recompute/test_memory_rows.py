@@ -1,11 +1,11 @@
-"""planner.memory_rows: a device's fold over its order as linear rows in its stages'
+"""planner.recompute.memory_rows: a device's fold over its order as linear rows in its stages'
 kept bytes gives the fold's own peak for every choice of kept bytes."""
 import random
 from dataclasses import replace
 
 import pytest
 
-from planner.memory_rows import device_rows
+from planner.recompute.memory_rows import device_rows
 from schedules import StageCosts, generate
 from schedules.memory import order_memory
 from schedules.simulator import stage_memory

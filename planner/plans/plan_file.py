@@ -11,13 +11,13 @@ from models.registry import get_family
 from planner.costs import Partition, check_partition
 from planner.errors import PlanError
 from planner.names import family_of
-from planner.plan_families import FamilySummary, family_from_json
-from planner.plan_meta import PlanSource, layout_from_json, source_from_json
+from planner.plans.plan_families import FamilySummary, family_from_json
+from planner.plans.plan_meta import PlanSource, layout_from_json, source_from_json
 from planner.profile import family_of as profile_family_of
 from schedules import SCHEDULES, Action, Schedule, ScheduleError, StageSpec, generate, validate
 from schedules.deps import dependency_map
 from schedules.generators import CHUNKED
-from schedules.jsonio import load_document, write_json_atomic
+from schedules.formats.jsonio import load_document, write_json_atomic
 
 PLAN_FORMAT = "obscura-plan/1"
 
@@ -78,7 +78,7 @@ class Plan:
     issue_order: tuple[str, ...] = ()     # every action ("2F0") in the order the plan's memory was judged in
     data_parallel: int = 1                # each stage on a data x tensor mesh (planner.mesh_plan);
     tensor_parallel: int = 1              # peaks and the limit are then per device
-    families: tuple[FamilySummary, ...] = ()   # every schedule family at its best (planner.plan_families)
+    families: tuple[FamilySummary, ...] = ()   # every schedule family at its best (planner.plans.plan_families)
     baseline_needs: tuple[tuple[str, int], ...] = ()   # bytes each baseline that does not fit needs
     weight_grad: str = "hold"             # a split backward's W: hold its inputs or rederive them
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from schedules import Action, Kind, ScheduleError, StageCosts, generate, io
-from schedules.jsonio import read_json
-from schedules.torch_csv import load_torch_csv
+from schedules.formats.jsonio import read_json
+from schedules.formats.torch_csv import load_torch_csv
 
 
 @pytest.mark.parametrize("text", ["F3", "B0", "W12", "SO3", "SI7"])
@@ -79,7 +79,7 @@ def test_save_never_leaves_half_files(tmp_path):
     io.save_schedule(generate("1f1b", 2, 2), path)
     before = path.read_text()
     with pytest.raises(TypeError):
-        from schedules.jsonio import write_json_atomic
+        from schedules.formats.jsonio import write_json_atomic
         write_json_atomic(path, {"x": object()})
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
@@ -121,7 +121,7 @@ def test_read_json_wraps_errors(tmp_path):
 
 
 def test_overlapped_pairs_round_trip_through_the_schedule_file(tmp_path):
-    s = load_torch_csv(Path(__file__).parent / "data" / "torch" / "dualpipev_4rank_10mb.csv")
+    s = load_torch_csv(Path(__file__).parents[1] / "data" / "torch" / "dualpipev_4rank_10mb.csv")
     io.save_schedule(s, tmp_path / "s.json")
     back = io.load_schedule(tmp_path / "s.json")
     assert back.overlapped == s.overlapped and back.rows == s.rows

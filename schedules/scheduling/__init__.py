@@ -1,0 +1,1 @@
+"""The one list scheduler and the one order walker every timing path goes through."""
