@@ -22,7 +22,7 @@ import sys
 
 import obscura_jax
 from schedules import Action, Kind, Schedule, StageCosts, StageSpec, generate, simulate, validate
-from schedules.gantt import draw_gantts
+from schedules.formats.gantt import draw_gantts
 
 P, M = 4, 8
 EXTRA = 3          # stage 0's warm-up forwards beyond 1F1B's
