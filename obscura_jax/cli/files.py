@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 
 from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from schedules.generators import check_pipeline_size
-from schedules.formats.jsonio import MAX_INT_DIGITS, MAX_JSON_DEPTH, check_writable, file_kind as _kind, read_json
+from schedules.formats.jsonio import MAX_INT_DIGITS, MAX_JSON_DEPTH, check_writable, check_writable_folder, file_kind as _kind, read_json
 
 OUTPUT_FLAGS = {"json": "--json", "gantt": "--gantt", "csv": "--csv", "trace": "--trace",
                 "torch_csv": "--torch-csv", "schedule_json": "--schedule-json", "costs_json": "--costs-json"}
@@ -146,17 +145,7 @@ def check_output_dir(path: str, flag: str) -> None:
         raise UsageError(f"{flag} {path}: is {what}, not a directory")
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a file, not a directory")
-    folder = os.path.abspath(path)
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: cannot create it: {folder} is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".obscura-probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot write there: {e.strerror or e}") from None
+    check_writable_folder(path, f"{flag} {path}", UsageError, missing="cannot create it")
 
 
 def check_input_file(path: str, flag: str, json_file: bool = False, pipeline: bool = False) -> None:

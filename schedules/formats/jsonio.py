@@ -124,17 +124,24 @@ def check_writable(path: str | os.PathLike | None, flag: str, shown=None) -> Non
     if target.is_dir():
         raise ObscuraError(f"{flag} {shown}: is a directory, expected a file path")
     _check_replaceable(target, shown, flag)
-    folder = target.parent
+    check_writable_folder(target.parent, f"{flag} {shown}")
+
+
+def check_writable_folder(path: str | os.PathLike, label: str, error: type[ObscuraError] = ObscuraError,
+                          missing: str = "cannot write there") -> None:
+    """The nearest existing folder at or above `path` takes a new file (one probe file,
+    made and removed), or `error` in one line starting with `label`."""
+    folder = Path(os.path.abspath(path))
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise ObscuraError(f"{flag} {shown}: cannot write there: {folder} is not a directory")
+        raise error(f"{label}: {missing}: {folder} is not a directory")
     try:
         fd, probe = tempfile.mkstemp(prefix=".obscura-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise ObscuraError(f"{flag} {shown}: cannot write there: {e.strerror or e}") from None
+        raise error(f"{label}: cannot write there: {e.strerror or e}") from None
 
 
 def replace_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
