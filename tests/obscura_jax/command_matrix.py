@@ -1,5 +1,5 @@
 """Shared by test_command_matrix_llama.py and test_command_matrix_gpt.py (two files so
-that pytest-xdist runs the two models in parallel). Issue 24: every documented path
+that pytest-xdist runs the two models in parallel). Every documented path
 runs. simulate, train and compare with every schedule family of
 schedules.generators.SCHEDULES (a family added later is covered without editing this
 file) on both tiny models, through the CLI with its defaults (measured costs,

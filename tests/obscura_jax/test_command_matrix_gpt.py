@@ -1,4 +1,4 @@
-"""Issue 24's command matrix on gpt3-tiny (tests/obscura_jax/command_matrix.py says
+"""The command matrix on gpt3-tiny (tests/obscura_jax/command_matrix.py says
 what and why): every command x every schedule family, in one process; then 2
 processes x 2 devices for a chunked family (interleaved; the plain one runs on llama2-tiny)."""
 import pytest

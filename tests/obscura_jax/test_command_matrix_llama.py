@@ -1,4 +1,4 @@
-"""Issue 24's command matrix on llama2-tiny (tests/obscura_jax/command_matrix.py says
+"""The command matrix on llama2-tiny (tests/obscura_jax/command_matrix.py says
 what and why): every command x every schedule family, in one process; then 2
 processes x 2 devices for a plain family (1f1b); simulate (it takes no model) runs here only."""
 import pytest

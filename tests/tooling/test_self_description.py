@@ -20,8 +20,9 @@ KNOWN: dict = {}
 
 
 def scanned_files(root: Path = ROOT) -> list[Path]:
-    """Every .py of the packages and scripts, docs/*.md, README.md and the Makefile."""
+    """Every .py of the packages, scripts and tests (this one aside), docs/*.md, README.md and the Makefile."""
     files = [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
+    files += [p for p in sorted((root / "tests").rglob("*.py")) if p.name != Path(__file__).name]  # it plants them
     files += sorted((root / "docs").glob("*.md"))
     return files + [root / name for name in TOP_FILES if (root / name).exists()]
 

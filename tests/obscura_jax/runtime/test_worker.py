@@ -50,7 +50,7 @@ def test_a_worker_issues_at_most_max_ahead_actions_past_its_oldest_unfinished(mo
         mine = [(kind, ids) for tt, kind, ids in events if tt == t]
         issued = [ids for kind, ids in mine if kind == "issue"]
         assert len(issued) > ahead
-        # the i-th issue (from 0) comes after the waits for issues 0 .. i - ahead, in order
+        # the i-th dispatch (from 0) comes after the waits for dispatches 0 .. i - ahead, in order
         waits = n = 0
         for kind, ids in mine:
             if kind == "wait":

@@ -346,7 +346,7 @@ def test_a_resume_past_a_damaged_step_prints_one_line_in_its_own_process(tmp_pat
 
 
 def test_a_checkpoint_resumes_only_on_its_layout(tmp_path, capsys):
-    """Issue 21: a checkpoint of a 2 x (1 data x 2 tensor) run resumes on that layout
+    """A checkpoint of a 2 x (1 data x 2 tensor) run resumes on that layout
     (its sharded state restored per shard) and is refused on another before any work."""
     ck = tmp_path / "ck"
     mesh = ["--stages", "2", "--tensor-parallel", "2", "--devices", "cpu:4"]
