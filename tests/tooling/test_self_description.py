@@ -51,11 +51,12 @@ def test_known_exceptions_still_hold():
 def test_the_scan_finds_planted_phrases(tmp_path):
     (tmp_path / "pkg").mkdir()
     planted = tmp_path / "pkg" / "mod.py"
-    planted.write_text('"""Found in issue 11 (FINDINGS §3) on the lent H200."""\n'
+    cite = "issue" + " 11"       # spelled apart: this file's own source holds no citation
+    planted.write_text(f'"""Found in {cite} (FINDINGS §3) on the lent H200."""\n'
                        "# measured on the 2-core box (issues #23)\n"
                        "ORDER = 'the global issue order'   # not a citation\n")
     got = findings([planted], tmp_path)
-    assert got == ["pkg/mod.py:1: issue 11", "pkg/mod.py:1: FINDINGS", "pkg/mod.py:1: lent",
+    assert got == [f"pkg/mod.py:1: {cite}", "pkg/mod.py:1: FINDINGS", "pkg/mod.py:1: lent",
                    "pkg/mod.py:2: 2-core box", "pkg/mod.py:2: issues #23"]
 
 
