@@ -92,6 +92,13 @@ def test_the_relaxation_of_obscura_on_1f1b_resimulates_to_its_own_makespan(case)
     assert simulate(Schedule("relaxed", p, m, stages), costs).makespan == t
 
 
+def _as_schedule(base: Schedule, rows) -> Schedule:
+    """A relaxation's device rows as a schedule the simulator takes."""
+    return Schedule("relaxed", base.num_stages, base.num_microbatches,
+                    tuple(replace(spec, actions=()) for spec in base.stages), base.stage_to_device,
+                    tuple(tuple(r) for r in rows))
+
+
 @settings(max_examples=examples(40), **SETTINGS)
 @given(device_relaxations())
 def test_the_device_relaxation_resimulates_to_its_own_makespan(case):
@@ -99,10 +106,7 @@ def test_the_device_relaxation_resimulates_to_its_own_makespan(case):
     found = DeviceRelaxation(base, costs)(caps)
     assume(found is not None)  # these caps deadlock: not a case
     rows, t = found
-    relaxed = Schedule("relaxed", base.num_stages, base.num_microbatches,
-                       tuple(replace(spec, actions=()) for spec in base.stages), base.stage_to_device,
-                       tuple(tuple(r) for r in rows))
-    assert simulate(relaxed, costs).makespan == t
+    assert simulate(_as_schedule(base, rows), costs).makespan == t
 
 
 @settings(max_examples=examples(15), **SETTINGS)
@@ -116,10 +120,7 @@ def test_gap_fitting_choosers_resimulate_and_keep_their_caps(case, fits, merge_f
     found = DeviceRelaxation(base, costs, merge_forwards=merge_forwards)(caps, fits=fits)
     assume(found is not None)  # these caps deadlock: not a case
     rows, t = found
-    relaxed = Schedule("relaxed", base.num_stages, base.num_microbatches,
-                       tuple(replace(spec, actions=()) for spec in base.stages), base.stage_to_device,
-                       tuple(tuple(r) for r in rows))
-    assert simulate(relaxed, costs).makespan == t
+    assert simulate(_as_schedule(base, rows), costs).makespan == t
     held = held_peaks(rows)
     assert all(held[d] <= cap for d, cap in caps.items())
 
