@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("models", "schedules", "planner", "obscura_jax", "experiments", "scripts", "examples")
 TOP_FILES = ("README.md", "Makefile")
 
-PHRASES = re.compile(r"(?i:\bissues? #?\d+|\blent\b|\b2-core (?:dev )?box\b)|\bFINDINGS\b")   # a file's name
+PHRASES = re.compile(r"(?i:(?<![a-z])issues?[ _#]*\d+|\blent\b|\b2-core (?:dev )?box\b)|\bFINDINGS\b")   # a file's name
 
 # Files allowed to hold a phrase, each with the phrase it holds; an entry goes when
 # its file is rewritten (test_known_exceptions_still_hold says when).
@@ -54,10 +54,11 @@ def test_the_scan_finds_planted_phrases(tmp_path):
     cite = "issue" + " 11"       # spelled apart: this file's own source holds no citation
     planted.write_text(f'"""Found in {cite} (FINDINGS §3) on the lent H200."""\n'
                        "# measured on the 2-core box (issues #23)\n"
-                       "ORDER = 'the global issue order'   # not a citation\n")
+                       "ORDER = 'the global issue order'   # not a citation\n"
+                       f"def test_{'issue'}13_inputs(): pass\n")
     got = findings([planted], tmp_path)
     assert got == [f"pkg/mod.py:1: {cite}", "pkg/mod.py:1: FINDINGS", "pkg/mod.py:1: lent",
-                   "pkg/mod.py:2: 2-core box", "pkg/mod.py:2: issues #23"]
+                   "pkg/mod.py:2: 2-core box", "pkg/mod.py:2: issues #23", "pkg/mod.py:4: issue13"]
 
 
 def test_the_scan_covers_packages_scripts_and_docs():

@@ -137,7 +137,7 @@ def test_byte_sizes_cap_what_a_relaxed_device_holds():
     assert held_peaks(rows)[0] == 3
 
 
-def test_the_issue_22_case_agrees():
+def test_the_relaxation_counts_the_action_overhead_as_the_simulator_does():
     """Obscura, p = 4, m = 8, adjusted 0..1, action_overhead 0.3: the relaxation said
     36.0 and the simulator 41.6 when the relaxations ignored the overhead."""
     from schedules.generators.obscura import migration_caps

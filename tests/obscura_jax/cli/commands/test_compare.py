@@ -114,7 +114,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[len(C):])[:50] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "notours").mkdir()
     (tmp_path / "notours" / "thesis.tex").write_text("x")

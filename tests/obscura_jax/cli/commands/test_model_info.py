@@ -67,6 +67,6 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[1:])[:50] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "latin1.py").write_bytes(b"x = '\xff'\n")
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

@@ -159,7 +159,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[5:])[:60] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, profile_path, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, profile_path, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
     argv = [a.replace("{prof}", str(profile_path)) for a in argv]
     badinput.odd_files(tmp_path)

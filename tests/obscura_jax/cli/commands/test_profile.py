@@ -24,5 +24,5 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[5:])[:50] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle)

@@ -216,7 +216,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[1:])[:60] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff\xfe{}")
     (tmp_path / "notjson.json").write_text("{nope")
     sched = {"format": "obscura-schedule/1", "name": "x", "num_stages": 1, "num_microbatches": 1,

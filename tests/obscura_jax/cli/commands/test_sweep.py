@@ -140,7 +140,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a[len(SW):])[:50] for a, _ in BAD])
-def test_issue13_bad_inputs(capsys, tmp_path, monkeypatch, argv, needle):
+def test_bad_inputs_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
     badinput.odd_files(tmp_path)
     badinput.check(capsys, tmp_path, monkeypatch, argv, needle.replace("{tmp}", str(tmp_path)))

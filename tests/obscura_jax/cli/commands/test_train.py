@@ -270,7 +270,7 @@ def test_plan_runs_its_partition_policies_and_order(tmp_path):
     np.testing.assert_allclose(res["losses"], base["losses"], rtol=1e-5)
 
 
-def test_issue13_file_inputs(tmp_path, capsys, monkeypatch):
+def test_bad_file_inputs_are_one_line(tmp_path, capsys, monkeypatch):
     from tests.obscura_jax.cli.commands import badinput
     np.save(tmp_path / "neg.npy", np.array([1, 2, -3, 4] * 64, dtype=np.int32))
     (tmp_path / "latin1.json").write_bytes(b"\xff{}")
