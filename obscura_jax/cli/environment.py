@@ -27,10 +27,15 @@ CPU device count) or JAX_PLATFORMS (anything but cpu) is tried once in a
 subprocess that starts JAX's backend (`probe_jax`, bounded by PROBE_SECONDS): XLA
 parses its flags there and ends the process on a bad one, and a platform that
 cannot start here fails there, so the command says it in one line instead.
+Once JAX started under a set of values, the command records it (PROBED: the
+digest of the interpreter and of the variables JAX, XLA and the GPU stack read) in
+its own environment, so a later command of the same process and the processes it
+starts skip the probe while those values stay the same.
 OBSCURA_DEBUG takes any value. An empty variable counts as unset, as the readers do.
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import os
@@ -56,6 +61,8 @@ PROBE_SECONDS = 300
 _PROBE = ("import jax\ntry:\n    jax.devices()\nexcept Exception as e:\n"
           "    print('obscura-probe:', type(e).__name__ + (': ' + str(e).splitlines()[0] if str(e) else ''))\n"
           "    raise SystemExit(3)\n")
+PROBED = "OBSCURA_JAX_STARTED"     # the probe's key (_probe_key) JAX last started under
+PROBE_PREFIXES = ("XLA_", "JAX_", "CUDA_", "NVIDIA_", "TF_", "TPU_", "ROCR_", "HIP_")
 
 
 def _int_in(text: str, low: int, high: int) -> bool:
@@ -123,9 +130,21 @@ def check_jax_environment(command: str, environ=os.environ) -> None:
     if any(k.startswith("JAX_") and v for k, v in environ.items()) and "jax" not in sys.modules:
         _import_jax()
     if _non_default(environ):
+        key = _probe_key(environ)
+        if environ.get(PROBED) == key:
+            return
         line = probe_jax(environ)
         if line is not None:
             raise UsageError(line)
+        if environ is os.environ:
+            os.environ[PROBED] = key
+
+
+def _probe_key(environ) -> str:
+    """What the probe's verdict depends on: the interpreter, and the values of the
+    variables JAX, XLA and the GPU stack read (LD_LIBRARY_PATH too), as a short digest."""
+    read = sorted((k, v) for k, v in environ.items() if k.startswith(PROBE_PREFIXES) or k == "LD_LIBRARY_PATH")
+    return hashlib.sha256(repr((sys.executable, read)).encode()).hexdigest()[:16]
 
 
 def _import_jax() -> None:

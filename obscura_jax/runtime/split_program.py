@@ -15,6 +15,8 @@ I itself, into the gradient accumulator it then takes and donates.
 """
 from __future__ import annotations
 
+import weakref
+
 import jax
 import jax.numpy as jnp
 
@@ -156,8 +158,22 @@ class SplitBackward:
 
 def compiled_temp_bytes(compiled) -> int:
     """XLA's scratch memory for one run of a compiled program (0 if not reported)."""
-    try:
-        stats = compiled.memory_analysis()
-        return int(getattr(stats, "temp_size_in_bytes", 0) or 0)
-    except Exception:  # not every backend implements memory analysis
-        return 0
+    return memory_of(compiled)["temp"]
+
+
+def memory_of(compiled) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program: temp, output and alias bytes
+    (zeros where the backend reports none). Asked once per program: the memory check
+    reads it at every estimate, and XLA recomputes it at every call."""
+    found = _MEMORY_OF.get(compiled)
+    if found is None:
+        try:
+            stats = compiled.memory_analysis()
+        except Exception:  # not every backend implements memory analysis
+            stats = None
+        found = _MEMORY_OF[compiled] = {key: int(getattr(stats, f"{key}_size_in_bytes", 0) or 0)
+                                        for key in ("temp", "output", "alias")}
+    return dict(found)
+
+
+_MEMORY_OF: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # goes with its program

@@ -47,7 +47,7 @@ import numpy as np
 
 from models.tensor_parallel import DATA_AXIS
 from obscura_jax.runtime.residuals import Residuals, device_sizes, host_slots, memory_kind
-from obscura_jax.runtime.split_program import SplitBackward, compiled_temp_bytes
+from obscura_jax.runtime.split_program import SplitBackward, compiled_temp_bytes, memory_of
 from obscura_jax.runtime.stage_mesh import StageMesh, single
 from obscura_jax.runtime.stage_shards import _DATA, _WHOLE, DataShards, _spec
 
@@ -63,16 +63,6 @@ class PullbackLayout:
     sources: tuple[tuple[int, int], ...]
     keeps_input: bool
     keeps_targets: bool
-
-
-def memory_of(compiled) -> dict[str, int]:
-    """XLA's memory analysis of a compiled program: temp, output and alias bytes
-    (zeros where the backend reports none)."""
-    try:
-        stats = compiled.memory_analysis()
-    except Exception:  # not every backend implements memory analysis
-        stats = None
-    return {key: int(getattr(stats, f"{key}_size_in_bytes", 0) or 0) for key in ("temp", "output", "alias")}
 
 
 def _plain(x) -> jax.ShapeDtypeStruct:

@@ -90,6 +90,34 @@ def test_xla_flags_and_platforms_are_tried_once_in_a_subprocess():
                            "machine (RuntimeError: Unable to initialize backend 'nosuchplatform'"), line
 
 
+def test_the_probe_runs_once_per_set_of_values(monkeypatch):
+    """A command records the values JAX started under; the same values skip the probe
+    (in this process and the processes it starts, which inherit the record), other
+    values of a variable JAX or XLA reads are tried again, and a failed probe records
+    nothing."""
+    from obscura_jax.cli import environment
+    calls = []
+    verdict = {"--xla_a=1": None, "--xla_b=1": None, "--xla_bad=1": "environment variable XLA_FLAGS: bad"}
+    monkeypatch.setattr(environment, "probe_jax", lambda env: calls.append(env["XLA_FLAGS"]) or verdict[env["XLA_FLAGS"]])
+    monkeypatch.delenv(environment.PROBED, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_a=1")
+    environment.check_jax_environment("train")
+    environment.check_jax_environment("plan")
+    assert calls == ["--xla_a=1"] and os.environ[environment.PROBED]
+    child = dict(os.environ)                                   # what a process it starts inherits
+    environment.check_jax_environment("train", child)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")            # another value the GPU stack reads
+    environment.check_jax_environment("train")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_b=1")
+    environment.check_jax_environment("train")
+    assert calls == ["--xla_a=1", "--xla_a=1", "--xla_b=1"]
+    monkeypatch.setenv("XLA_FLAGS", "--xla_bad=1")
+    for _ in range(2):
+        with pytest.raises(UsageError, match="XLA_FLAGS: bad"):
+            environment.check_jax_environment("train")
+    assert calls[-2:] == ["--xla_bad=1", "--xla_bad=1"]
+
+
 def test_in_the_obscura_process(tmp_path):
     """Read at start-up: a JAX_* value JAX refuses on import, and a closed stdout, in
     processes of their own (each one line on stderr, exit 2, nothing written)."""
