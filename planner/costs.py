@@ -196,17 +196,32 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 
 
-def program_outputs(costs: StageCosts, stage: int, split: bool) -> float:
+def program_outputs(costs: StageCosts, stage: int, split: bool, made: float | None = None) -> float:
     """Bytes a stage's backward program allocates for its outputs while its inputs
     (the micro-batch's residuals) are still alive, which the memory fold, counting a
     block as one or the other, does not see: the input gradient it sends upstream,
-    and, for a split backward's I, the block W will read. A device's peak adds the
-    largest among its stages to its working set."""
+    and, for a split backward's I, what it computes for W: `made` where the profile
+    measured it (input_grad_outputs; the rest of W's block are residual leaves W reads
+    where the forward left them), else the whole block W will read. A device's peak
+    adds the largest among its stages to its working set."""
     dx = costs.boundary_bytes[stage - 1] if stage > 0 else 0.0
     if not split:
         return dx
+    if made is not None:
+        return dx + made
     held = costs.weight_grad_held_bytes(stage)
     return dx + (held if held is not None else costs.act_bytes[stage] - costs.input_grad_frees(stage))
+
+
+def input_grad_outputs(profile: Profile, units: tuple[int, int], weight_grad: str = "hold") -> float | None:
+    """What a split backward's I computes for its W over a stage's units, per
+    micro-batch (the profile's weight_grad_made_bytes summed), for a W that holds its
+    inputs; None where a unit lacks the field or W re-derives its inputs (its I then
+    counts the whole block: program_outputs)."""
+    if weight_grad != "hold":
+        return None
+    made = [profile.unit(k).weight_grad_made_bytes for k in profile.kinds[units[0]:units[1]]]
+    return None if any(m is None for m in made) else float(sum(made))
 
 
 def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from planner.costs import Partition, program_outputs, stage_costs, weight_bytes, working_bytes
+from planner.costs import Partition, input_grad_outputs, program_outputs, stage_costs, weight_bytes, working_bytes
 from planner.device_choice import choose_device, fastest, leanest
 from planner.recompute.memory_rows import device_rows
 from planner.profile import FULL, LAYER, Profile
@@ -95,7 +95,8 @@ def evaluate(setting: Setting, placed: Schedule, partition: Partition, recompute
     makespan, act = held_peaks(sched, costs, check=False)
     devices = range(sched.num_devices)
     split = {a.stage for row in sched.rows for a in row if a.kind == Kind.W}
-    per_stage = [working_bytes(prof, u, r) + program_outputs(costs, s, s in split)
+    per_stage = [working_bytes(prof, u, r) + program_outputs(costs, s, s in split,
+                                                             input_grad_outputs(prof, u, setting.weight_grad))
                  for s, (u, r) in enumerate(zip(partition, recompute))]
     work = tuple(max(per_stage[s] for s in sched.stages_on(d)) for d in devices)
     weights = [sum(costs.weight_bytes[s] for s in sched.stages_on(d)) for d in devices]

@@ -29,7 +29,11 @@ whose W the runtime computes at once (the head, by obscura_jax.runtime.weight_gr
 rule) records 0 and its W in `input_grad_time`. `weight_grad_rederive_time` and
 `weight_grad_rederive_bytes`: the same W when it re-derives its inputs from the
 unit's input (`--weight-grad rederive`): longer, holding the output cotangents and
-the unit's input. Without them a split backward is priced I = W = bwd_time / 2 and a
+the unit's input. `weight_grad_made_bytes`: of `weight_grad_bytes`, what I computes
+(the output cotangents, and what it re-materialises for W); the rest are residual
+leaves W reads where the forward left them. I's outputs are allocated while the
+residuals are still alive (planner.costs.program_outputs): without the field the
+whole W block counts there. Without them a split backward is priced I = W = bwd_time / 2 and a
 W holds the whole block until it ends (schedules.costs' defaults).
 """
 from __future__ import annotations
@@ -47,7 +51,8 @@ from schedules.formats.jsonio import load_document, write_json_atomic
 PROFILE_FORMAT = "obscura-profile/1"
 MAX_LAYERS = 4096     # a bound of the planner, which walks every unit: 32x the layers of today's largest models
 OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
-                       "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes")
+                       "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes",
+                       "weight_grad_made_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
@@ -115,6 +120,7 @@ class UnitProfile:
     scratch_bytes: float | None = None        # XLA scratch (temp buffers) of its programs; None: not measured (0)
     weight_grad_rederive_time: float | None = None   # W that re-derives its inputs (--weight-grad rederive)
     weight_grad_rederive_bytes: float | None = None  # what that W holds: output cotangents + the unit's input
+    weight_grad_made_bytes: float | None = None      # of weight_grad_bytes, what I computes (its outputs)
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):

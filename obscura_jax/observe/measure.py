@@ -107,6 +107,7 @@ class StageTiming:
                                        # cotangents of the weight matmuls
     weight_grad_rederive: float | None = None     # W when it re-derives its inputs (time_unit_program)
     weight_grad_rederive_bytes: int | None = None  # what that W holds (as weight_grad_bytes)
+    weight_grad_made_bytes: int | None = None      # of weight_grad_bytes, what I computes (its outputs)
     fwd_range: dict | None = None      # {"min", "median", "max"} over the samples (fwd is the median)
     bwd_range: dict | None = None
     residual_host_bytes: int = 0       # kept per micro-batch in host memory (the policy's offload set);
@@ -140,7 +141,7 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
         return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, **ranges)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)
     return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
-                       prog.weight_grad_held_bytes, **ranges)
+                       prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes, **ranges)
 
 
 def _range(samples: list[float]) -> dict:
@@ -182,7 +183,8 @@ def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps:
     _, t_rederive = time_split(again, params, res, dy, [again.zero_grads(params)], timing)
     # a unit's dy is, inside a stage, a cotangent its I computes: held when its W reads it
     return replace(t, weight_grad_bytes=unit_weight_grad_bytes(prog), weight_grad_rederive=t_rederive,
-                   weight_grad_rederive_bytes=unit_weight_grad_bytes(again))
+                   weight_grad_rederive_bytes=unit_weight_grad_bytes(again),
+                   weight_grad_made_bytes=unit_weight_grad_bytes(prog, made=True))
 
 
 def _split_inputs(prog: StageProgram, params, x, targets):
@@ -192,12 +194,15 @@ def _split_inputs(prog: StageProgram, params, x, targets):
     return res, dy
 
 
-def unit_weight_grad_bytes(prog: StageProgram) -> int:
+def unit_weight_grad_bytes(prog: StageProgram, made: bool = False) -> int:
     """What a W holds from its I for the units of `prog` as part of a longer stage:
     its block plus the output cotangent when W reads it (the stage's own dy is
-    counted apart, as the inbox's, so a stage summed from units counts one extra)."""
+    counted apart, as the inbox's, so a stage summed from units counts one extra).
+    `made`: only what I computes of it (the output cotangent included: inside a
+    stage, the next unit's I computes it), not the residual leaves W reads in place."""
     prog.compile_split()
-    return prog.weight_grad_held_bytes + (prog.dy_bytes if prog.weight_grad_reads_dy else 0)
+    block = prog.weight_grad_made_bytes if made else prog.weight_grad_held_bytes
+    return block + (prog.dy_bytes if prog.weight_grad_reads_dy else 0)
 
 
 def stage_inputs(pipe: Pipeline, s: int, seed: int = 0):

@@ -38,8 +38,9 @@ A split backward (zero-bubble style): when `time_unit`, asked with `split=True` 
 the unit's own timing, also reports the unit's I and W (as
 obscura_jax.observe.measure.time_unit_program does: the engine's I and W programs,
 each timed alone over the same residuals), the unit records them as input_grad_time
-/ weight_grad_time, and weight_grad_bytes, what a W keeps from its I; with the W that
-re-derives its inputs also weight_grad_rederive_time / _bytes (`split_fields`).
+/ weight_grad_time, weight_grad_bytes, what a W keeps from its I, and
+weight_grad_made_bytes, the part of it I computes; with the W that re-derives its
+inputs also weight_grad_rederive_time / _bytes (`split_fields`).
 
 Bandwidths: host <-> device and device <-> device are timed with jax.device_put
 when the platform has a pinned-host memory / a second device; otherwise the
@@ -199,6 +200,9 @@ def split_fields(timing) -> dict:
     rederive, held = getattr(timing, "weight_grad_rederive", None), getattr(timing, "weight_grad_rederive_bytes", None)
     if rederive is not None and held is not None:
         out.update(weight_grad_rederive_time=float(rederive), weight_grad_rederive_bytes=float(held))
+    made = getattr(timing, "weight_grad_made_bytes", None)
+    if made is not None:
+        out["weight_grad_made_bytes"] = float(made)
     return out
 
 

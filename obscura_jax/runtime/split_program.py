@@ -9,7 +9,8 @@ leaves)`: the backward part reads the residual leaves exactly as the compiled
 forward returns them (the same pullback, the same layout: checked), and the forward
 part is what a W that re-derives its inputs re-runs. After I the micro-batch's
 residuals become `held`: the residual leaves W reads (not copied) and what I
-computed for it; `weight_grad_leaf_bytes` per leaf, `weight_grad_held_bytes` in all.
+computed for it; `weight_grad_leaf_bytes` per leaf, `weight_grad_held_bytes` in all,
+`weight_grad_made_bytes` the part I computes (its outputs beside the residuals).
 At-once units (obscura_jax.runtime.weight_grad) have their gradients accumulated by
 I itself, into the gradient accumulator it then takes and donates.
 """
@@ -87,6 +88,8 @@ class SplitBackward:
         self._w_offloaded = host_slots(memory_kind(h, self.device) for h in held_specs)
         self.weight_grad_host_bytes = sum(self.weight_grad_leaf_bytes[i] for i in self._w_offloaded)
         self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes) - self.weight_grad_host_bytes
+        self.weight_grad_made_bytes = sum(b for i, b in enumerate(self.weight_grad_leaf_bytes)
+                                          if i >= len(self._w_res) and i not in self._w_offloaded)
         w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
         self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
             params_spec, held_specs, dy_spec, self._grads_spec()).compile()

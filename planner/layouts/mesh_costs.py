@@ -175,8 +175,9 @@ def divide_unit(unit: UnitProfile, split: UnitSplit, layout: MeshLayout) -> Unit
     scaled = {k: getattr(unit, k) * share(s) for k, s in (("input_grad_time", split.bwd),
                                                          ("weight_grad_time", split.bwd))
               if getattr(unit, k) is not None}
-    if unit.weight_grad_bytes is not None:
-        scaled["weight_grad_bytes"] = unit.weight_grad_bytes / d
+    for key in ("weight_grad_bytes", "weight_grad_made_bytes", "weight_grad_rederive_bytes"):
+        if getattr(unit, key) is not None:
+            scaled[key] = getattr(unit, key) / d
     return replace(unit, fwd_time=unit.fwd_time * share(split.fwd), bwd_time=unit.bwd_time * share(split.bwd),
                    input_bytes=unit.input_bytes * inp / d, ops=ops,
                    full_recompute_time=unit.full_recompute * share(split.recompute), **scaled)

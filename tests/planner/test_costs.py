@@ -1,8 +1,11 @@
 """planner.costs: the one place profile numbers become StageCosts, stage views and
 partitions."""
+from dataclasses import replace
+
 import pytest
 
-from planner.costs import check_partition, kept_bytes, move_unit, stage_costs, stage_views, working_bytes
+from planner.costs import (check_partition, input_grad_outputs, kept_bytes, move_unit, program_outputs, stage_costs,
+                           stage_views, working_bytes)
 from planner.errors import PlanError
 from planner.profile import FULL
 from tests.planner.synthetic import MB, synthetic_profile
@@ -49,3 +52,23 @@ def test_kept_bytes_takes_the_larger_traced_figure():
     traced = lambda kind, r: 123 * MB if kind == "attn" else 0.0  # noqa: E731
     assert kept_bytes(prof, (1, 3), (), traced) == 123 * MB + prof.unit("mlp").kept_bytes(())
     assert stage_views(prof, ((0, 3), (3, 6)))[1].kinds == ("attn", "mlp", "head")
+
+
+def test_a_split_stage_counts_what_its_i_makes_where_the_profile_measured_it():
+    """I's outputs live beside the residuals: the input gradient, and what it computes
+    for W (weight_grad_made_bytes summed over the stage's units); a profile without
+    the field, or a W that re-derives its inputs, counts the whole W block there."""
+    prof = synthetic_profile(num_layers=4, split=True)
+    part = ((0, 3), (3, 6), (6, 10))
+    costs = stage_costs(prof, part, [frozenset()] * 3)
+    dx = costs.boundary_bytes[0]
+    assert input_grad_outputs(prof, part[1]) is None
+    assert program_outputs(costs, 1, True) == dx + costs.weight_grad_held_bytes(1)
+    assert program_outputs(costs, 1, False) == dx
+    made = replace(prof, units=tuple((k, replace(u, weight_grad_made_bytes=0.25 * u.weight_grad_bytes))
+                                     for k, u in prof.units))
+    want = sum(0.25 * prof.unit(k).weight_grad_bytes for k in prof.kinds[3:6])
+    assert input_grad_outputs(made, part[1]) == pytest.approx(want)
+    assert input_grad_outputs(made, part[1], "rederive") is None
+    assert program_outputs(costs, 1, True, input_grad_outputs(made, part[1])) == pytest.approx(dx + want)
+    assert dx + want < program_outputs(costs, 1, True)

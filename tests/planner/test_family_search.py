@@ -70,3 +70,27 @@ def test_a_leanest_plan_the_simulator_fits_is_found_where_the_orders_fold_says_n
     tight = Setting(prof, 8, 1.0)
     ev, lean = fs.settle(order_of(tight, "zb-h1", 4, part, 1))
     assert ev is None and lean is not None and not lean.fits
+
+
+def test_a_split_stage_counts_what_its_i_makes_not_the_whole_w_block():
+    """ZB-H1's I writes its W's inputs beside the residuals only where it computes
+    them: with the profile's weight_grad_made_bytes the working set of every split
+    stage is what I makes (planner.costs.program_outputs), below the whole block."""
+    from dataclasses import replace
+
+    prof = synthetic_profile(split=True)
+    made = replace(prof, units=tuple((k, replace(u, weight_grad_made_bytes=0.5 * u.weight_grad_bytes))
+                                     for k, u in prof.units))
+    part = chunk_partition(prof, 4, 1)
+
+    def zb_h1(profile):
+        setting = Setting(profile, 8, float("inf"))
+        order = order_of(setting, "zb-h1", 4, part, 1)
+        return evaluate(setting, _placed(order.name, order.base, order.rows, (0,) * 4, 0.0), part,
+                        (frozenset(),) * 4)
+
+    whole, less = zb_h1(prof), zb_h1(made)
+    assert whole.makespan == less.makespan and whole.activation_bytes == less.activation_bytes
+    for s in range(4):
+        held = whole.costs.weight_grad_held_bytes(s)
+        assert less.working_bytes[s] == pytest.approx(whole.working_bytes[s] - 0.5 * held)

@@ -98,7 +98,8 @@ def test_the_probe_runs_once_per_set_of_values(monkeypatch):
     from obscura_jax.cli import environment
     calls = []
     verdict = {"--xla_a=1": None, "--xla_b=1": None, "--xla_bad=1": "environment variable XLA_FLAGS: bad"}
-    monkeypatch.setattr(environment, "probe_jax", lambda env: calls.append(env["XLA_FLAGS"]) or verdict[env["XLA_FLAGS"]])
+    monkeypatch.setattr(environment, "probe_jax",
+                        lambda env: calls.append(env["XLA_FLAGS"]) or verdict[env["XLA_FLAGS"]])
     monkeypatch.delenv(environment.PROBED, raising=False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_a=1")
     environment.check_jax_environment("train")

@@ -161,6 +161,25 @@ def test_w_holds_exactly_the_analytic_minimum(model):
         assert unit_weight_grad_bytes(prog) == want == weight_grad_bytes(cfg, kind, 16, 1), (dtype, kind)
 
 
+@pytest.mark.parametrize("model", ["llama2-tiny", "gpt3-tiny"])
+def test_what_i_makes_for_w_is_the_output_cotangents(model):
+    """Of W's block, I computes the weight matmuls' output cotangents (the profile's
+    weight_grad_made_bytes, what the planner adds to a split stage's working set);
+    their inputs, kept with nothing recomputed, are residual leaves W reads in place."""
+    shape = BatchShape(1, 1, 16)
+    cfg = models.get_config(model, compute_dtype="bfloat16")
+    D, F, V, c = cfg.hidden, cfg.ffn_hidden, cfg.vocab_size, cfg.compute_bytes
+    inputs = {"attn": D + cfg.num_heads * cfg.head_dim, "mlp": D + F, "head": D}
+    for kind, r in (("attn", (1, 2)), ("mlp", (2, 3)), ("head", (cfg.num_units - 1, cfg.num_units))):
+        _, prog = _program(model, r, "none", shape=shape, compute_dtype="bfloat16")
+        made = unit_weight_grad_bytes(prog, made=True)
+        assert made == _minimum(cfg, kind, 16) - 16 * c * inputs[kind], kind
+        assert prog.weight_grad_made_bytes + sum(prog.weight_grad_leaf_bytes[:len(prog._w_res)]) \
+            == prog.weight_grad_held_bytes, kind
+        if kind == "head":
+            assert made == 16 * c * V
+
+
 def test_rederive_holds_the_unit_input_instead_of_the_matmul_inputs():
     """--weight-grad rederive: an attention unit holds its input, not its norm output
     and attention output; an MLP its input, not its norm output and gated product."""
