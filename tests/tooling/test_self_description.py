@@ -51,14 +51,14 @@ def test_known_exceptions_still_hold():
 def test_the_scan_finds_planted_phrases(tmp_path):
     (tmp_path / "pkg").mkdir()
     planted = tmp_path / "pkg" / "mod.py"
-    cite = "issue" + " 11"       # spelled apart: this file's own source holds no citation
-    planted.write_text(f'"""Found in {cite} (FINDINGS §3) on the lent H200."""\n'
-                       "# measured on the 2-core box (issues #23)\n"
+    cite, plural, glued = "issue" + " 11", "issues" + " #23", "issue" + "13"   # spelled apart: this file's own
+    planted.write_text(f'"""Found in {cite} (FINDINGS §3) on the lent H200."""\n'      # source holds none
+                       f"# measured on the 2-core box ({plural})\n"
                        "ORDER = 'the global issue order'   # not a citation\n"
-                       f"def test_{'issue'}13_inputs(): pass\n")
+                       f"def test_{glued}_inputs(): pass\n")
     got = findings([planted], tmp_path)
     assert got == [f"pkg/mod.py:1: {cite}", "pkg/mod.py:1: FINDINGS", "pkg/mod.py:1: lent",
-                   "pkg/mod.py:2: 2-core box", "pkg/mod.py:2: issues #23", "pkg/mod.py:4: issue13"]
+                   "pkg/mod.py:2: 2-core box", f"pkg/mod.py:2: {plural}", f"pkg/mod.py:4: {glued}"]
 
 
 def test_the_scan_covers_packages_scripts_and_docs():
