@@ -70,7 +70,8 @@ def test_a_process_id_is_below_the_process_count():
 def test_jax_variables_that_cannot_work_are_refused_for_the_commands_that_start_jax():
     from obscura_jax.cli.environment import check_jax_environment
     for command in ("train", "compare", "profile"):
-        with pytest.raises(UsageError, match="JAX_DISABLE_JIT='1': obscura .* compiles every stage program with jax.jit"):
+        with pytest.raises(UsageError,
+                           match="JAX_DISABLE_JIT='1': obscura .* compiles every stage program with jax.jit"):
             check_jax_environment(command, {"JAX_DISABLE_JIT": "1"})
     check_jax_environment("model_info", {"JAX_DISABLE_JIT": "1"})       # traces only: jit or not
     check_jax_environment("simulate", {"JAX_DISABLE_JIT": "1", "XLA_FLAGS": "--nonsense"})   # never starts JAX
