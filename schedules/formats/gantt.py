@@ -166,7 +166,8 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str
             text = f"{o.microbatch}/{o.stage}" if chunked else str(o.microbatch)
             if o.duration - o.recompute > 0.012 * xmax * (1.8 if chunked else 1.0):
                 ax.text(o.start + (o.recompute + o.duration) / 2, y, text, ha="center", va="center",
-                        fontsize=6 if chunked else 7, color="white" if chunk_of[o.stage] == 0 else "black")
+                        fontsize=6 if chunked else 7, color="white" if chunk_of[o.stage] == 0 else "black",
+                        in_layout=False)
         for (band, color), spans in sorted(bars.items(), key=lambda kv: _BAND_ORDER.index(kv[0][0])):
             if band == "idle":
                 ax.broken_barh(spans, (y - 0.3, 0.6), color=color, lw=0)
