@@ -151,11 +151,13 @@ def _range(samples: list[float]) -> dict:
 
 def time_split(prog: StageProgram, params, res, dy, grads: list, timing: CostTiming) -> tuple[float, float]:
     """Steady-state seconds of the split backward's I and W programs on the same
-    residuals (`grads`: a one-element list holding the donated accumulator)."""
+    residuals (`grads`: a one-element list holding the donated accumulator). I runs
+    as its twin that keeps the residuals (each call reads them again), then once as
+    the engine runs it, which frees them."""
     prog.compile_split()
 
     def input_grad():
-        grads[0], _, held, done = prog.input_grad(params, res, dy, grads[0])   # grads donated
+        grads[0], _, held, done = prog.input_grad(params, res, dy, grads[0], keep_residuals=True)
         return [done, grads[0]]
     t_i = timing.time(input_grad, False)
     grads[0], _, held, _ = _wait(prog.input_grad(params, res, dy, grads[0]))

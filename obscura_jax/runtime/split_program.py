@@ -16,6 +16,8 @@ I itself, into the gradient accumulator it then takes and donates.
 """
 from __future__ import annotations
 
+import functools
+import warnings
 import weakref
 
 import jax
@@ -58,7 +60,17 @@ class SplitBackward:
                 leaves[k] = leaves[k] + g
             return self._stack(jax.tree.unflatten(jax.tree.structure(grad_acc), leaves))
 
-        def input_grad(params, res_leaves, dy, grad_acc=None):
+        # The residual leaves only I reads (not the stage's own input or targets, which
+        # are the caller's buffers) are donated: XLA may write W's cotangents into them,
+        # so I's outputs need not sit beside every residual it read (docs/design.md,
+        # "Memory on a device").
+        self._i_donated = tuple(i for i in range(self._num_head, r) if i not in cut.w_residuals)
+        self._i_passed = tuple(i for i in range(r) if i not in self._i_donated)
+
+        def input_grad(params, donated, passed, dy, grad_acc=None):
+            res_leaves = [None] * r
+            for i, leaf in zip(self._i_donated + self._i_passed, tuple(donated) + tuple(passed)):
+                res_leaves[i] = leaf
             args = jax.tree.leaves(params) + none + [self._local_dy(dy)]
             dx, held, once = cut.input_grad(args, self._unstack(res_leaves))
             # tokens get no input gradient: a scalar marks completion
@@ -76,11 +88,12 @@ class SplitBackward:
 
         acc_in, acc_spec = ((_DATA,), (self._grads_spec(),)) if cut.at_once else ((), ())
         dx_out = _WHOLE if self.takes_tokens else _DATA
-        i_body = self.mesh.local(input_grad, (_WHOLE, _DATA, self._dy_in) + acc_in,
+        i_body = self.mesh.local(input_grad, (_WHOLE, _DATA, _DATA, self._dy_in) + acc_in,
                                  (dx_out, _DATA) + ((_DATA,) if cut.at_once else ()))
-        i_jit = jax.jit(i_body, donate_argnums=3) if cut.at_once else jax.jit(i_body)
-        i_lowered = i_jit.lower(params_spec, res_specs, dy_spec, *acc_spec)
-        self._bwd_input = i_lowered.compile()
+        i_specs = (params_spec, tuple(res_specs[i] for i in self._i_donated),
+                   tuple(res_specs[i] for i in self._i_passed), dy_spec, *acc_spec)
+        self._input_grad_twin = functools.partial(_compile_input_grad, i_body, i_specs, bool(cut.at_once), False)
+        i_lowered, self._bwd_input = _compile_input_grad(i_body, i_specs, bool(cut.at_once), True)
         # W reads I's held block where I left it (XLA chose its tensor sharding)
         held_out = [_spec(a, sh) for a, sh in zip(i_lowered.out_info[1], self._bwd_input.output_shardings[1])]
         held_specs = tuple(res_specs[i] for i in self._w_res) + tuple(held_out)
@@ -132,16 +145,26 @@ class SplitBackward:
         return forward_backward, list(leaves) + inputs + [self._local_spec(dy_spec, False)], n
 
     # ---- running ---------------------------------------------------------------
-    def input_grad(self, params, residuals, dy, grad_acc):
+    def input_grad(self, params, residuals, dy, grad_acc, keep_residuals: bool = False):
         """I of a split backward -> (grad_acc, dx or None, held, ready): `held`
         replaces the micro-batch's residuals until its W (what W reads, nothing
-        else); `grad_acc` (donated) comes back with the at-once units' gradients."""
+        else); `grad_acc` (donated) comes back with the at-once units' gradients.
+        The residual leaves only I reads are donated (deleted) unless
+        `keep_residuals` (a timing loop that runs I again on the same residuals: a
+        twin program without the donation, compiled on first use)."""
         self._check_on_device(residuals, "I")
         self.compile_split()
+        program = self._bwd_input
+        if keep_residuals:
+            if self._bwd_input_kept is None:
+                self._bwd_input_kept = self._input_grad_twin()[1]
+            program = self._bwd_input_kept
+        leaves = residuals.leaves
+        args = (params, tuple(leaves[i] for i in self._i_donated), tuple(leaves[i] for i in self._i_passed), dy)
         if self._i_accumulates:
-            done, held, grad_acc = self._bwd_input(params, residuals.leaves, dy, grad_acc)
+            done, held, grad_acc = program(*args, grad_acc)
         else:
-            done, held = self._bwd_input(params, residuals.leaves, dy)
+            done, held = program(*args)
         kept = tuple(residuals.leaves[i] for i in self._w_res)
         held = type(residuals)(kept + tuple(held), self.weight_grad_leaf_bytes, offloaded=self._w_offloaded)
         return grad_acc, (None if self.takes_tokens else done), held, done
@@ -157,6 +180,17 @@ class SplitBackward:
         if residuals.host_slots:
             raise ValueError(f"{self.name}: {what} issued while {len(residuals.host_slots)} residual "
                              "leaves are still on host (missing SI before it)")
+
+
+def _compile_input_grad(body, specs, accumulates: bool, donate: bool):
+    """(lowered, compiled) I: the gradient accumulator donated where I adds to it,
+    and, with `donate`, the residual leaves only I reads (specs[1])."""
+    donated = ((1,) if donate else ()) + ((4,) if accumulates else ())
+    with warnings.catch_warnings():
+        # a donated leaf no output can reuse is freed when I ends, as it would be anyway
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        lowered = jax.jit(body, donate_argnums=donated).lower(*specs)
+        return lowered, lowered.compile()
 
 
 def compiled_temp_bytes(compiled) -> int:

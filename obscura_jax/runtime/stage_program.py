@@ -137,7 +137,7 @@ class StageProgram(SplitBackward, DataShards):
         self._params_spec = params_spec
         self._x_spec, self._t_spec = x_spec, t_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
-        self._bwd = self._bwd_input = self._bwd_weight = None
+        self._bwd = self._bwd_input = self._bwd_weight = self._bwd_input_kept = None
         self.weight_grad_held_bytes = self.weight_grad_made_bytes = None   # once the split backward compiles
         self.weight_grad_host_bytes = 0
         if not split:
