@@ -214,14 +214,20 @@ def program_outputs(costs: StageCosts, stage: int, split: bool, made: float | No
 
 
 def input_grad_outputs(profile: Profile, units: tuple[int, int], weight_grad: str = "hold") -> float | None:
-    """What a split backward's I computes for its W over a stage's units, per
-    micro-batch (the profile's weight_grad_made_bytes summed), for a W that holds its
-    inputs; None where a unit lacks the field or W re-derives its inputs (its I then
-    counts the whole block: program_outputs)."""
+    """What a split backward's I allocates for its W beside the residuals over a
+    stage's units, per micro-batch, for a W that holds its inputs: the profile's
+    weight_grad_beside_bytes summed where every unit has it (what XLA could not write
+    into the residual leaves I takes donated), else its weight_grad_made_bytes (all
+    that I computes); None where a unit lacks both or W re-derives its inputs (its I
+    then counts the whole block: program_outputs)."""
     if weight_grad != "hold":
         return None
-    made = [profile.unit(k).weight_grad_made_bytes for k in profile.kinds[units[0]:units[1]]]
-    return None if any(m is None for m in made) else float(sum(made))
+    kinds = profile.kinds[units[0]:units[1]]
+    for key in ("weight_grad_beside_bytes", "weight_grad_made_bytes"):
+        found = [getattr(profile.unit(k), key) for k in kinds]
+        if all(m is not None for m in found):
+            return float(sum(found))
+    return None
 
 
 def stage_costs(profile: Profile, partition: Sequence[Sequence[int]],

@@ -33,7 +33,9 @@ the unit's input. `weight_grad_made_bytes`: of `weight_grad_bytes`, what I compu
 (the output cotangents, and what it re-materialises for W); the rest are residual
 leaves W reads where the forward left them. I's outputs are allocated while the
 residuals are still alive (planner.costs.program_outputs): without the field the
-whole W block counts there. Without them a split backward is priced I = W = bwd_time / 2 and a
+whole W block counts there. `weight_grad_beside_bytes`: of those, what I allocates
+beside the residuals, where XLA could not write them into the residual leaves I
+takes donated; counted there instead of `weight_grad_made_bytes` where present. Without them a split backward is priced I = W = bwd_time / 2 and a
 W holds the whole block until it ends (schedules.costs' defaults).
 """
 from __future__ import annotations
@@ -52,7 +54,7 @@ PROFILE_FORMAT = "obscura-profile/1"
 MAX_LAYERS = 4096     # a bound of the planner, which walks every unit: 32x the layers of today's largest models
 OPTIONAL_UNIT_KEYS = ("full_recompute_time", "input_grad_time", "weight_grad_time", "weight_grad_bytes",
                        "scratch_bytes", "weight_grad_rederive_time", "weight_grad_rederive_bytes",
-                       "weight_grad_made_bytes")
+                       "weight_grad_made_bytes", "weight_grad_beside_bytes")
 FULL = "full"  # preset: recompute the whole unit forward, keep only its input
 LAYER = "layer"  # one checkpoint per transformer layer (attn + mlp), keep only the layer input
 
@@ -121,6 +123,7 @@ class UnitProfile:
     weight_grad_rederive_time: float | None = None   # W that re-derives its inputs (--weight-grad rederive)
     weight_grad_rederive_bytes: float | None = None  # what that W holds: output cotangents + the unit's input
     weight_grad_made_bytes: float | None = None      # of weight_grad_bytes, what I computes (its outputs)
+    weight_grad_beside_bytes: float | None = None    # of those, what I allocates beside the residuals
 
     def __post_init__(self) -> None:
         for name in ("fwd_time", "bwd_time", "weight_bytes", "input_bytes"):

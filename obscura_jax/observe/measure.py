@@ -108,6 +108,7 @@ class StageTiming:
     weight_grad_rederive: float | None = None     # W when it re-derives its inputs (time_unit_program)
     weight_grad_rederive_bytes: int | None = None  # what that W holds (as weight_grad_bytes)
     weight_grad_made_bytes: int | None = None      # of weight_grad_bytes, what I computes (its outputs)
+    weight_grad_beside_bytes: int | None = None    # of those, what I allocates beside the residuals
     fwd_range: dict | None = None      # {"min", "median", "max"} over the samples (fwd is the median)
     bwd_range: dict | None = None
     residual_host_bytes: int = 0       # kept per micro-batch in host memory (the policy's offload set);
@@ -141,7 +142,8 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
         return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, **ranges)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)
     return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
-                       prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes, **ranges)
+                       prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes,
+                       weight_grad_beside_bytes=prog.weight_grad_beside_bytes, **ranges)
 
 
 def _range(samples: list[float]) -> dict:
@@ -186,7 +188,8 @@ def time_unit_program(cfg, unit_range, policy, device, params, x, targets, reps:
     # a unit's dy is, inside a stage, a cotangent its I computes: held when its W reads it
     return replace(t, weight_grad_bytes=unit_weight_grad_bytes(prog), weight_grad_rederive=t_rederive,
                    weight_grad_rederive_bytes=unit_weight_grad_bytes(again),
-                   weight_grad_made_bytes=unit_weight_grad_bytes(prog, made=True))
+                   weight_grad_made_bytes=unit_weight_grad_bytes(prog, made=True),
+                   weight_grad_beside_bytes=unit_weight_grad_bytes(prog, beside=True))
 
 
 def _split_inputs(prog: StageProgram, params, x, targets):
@@ -196,14 +199,17 @@ def _split_inputs(prog: StageProgram, params, x, targets):
     return res, dy
 
 
-def unit_weight_grad_bytes(prog: StageProgram, made: bool = False) -> int:
+def unit_weight_grad_bytes(prog: StageProgram, made: bool = False, beside: bool = False) -> int:
     """What a W holds from its I for the units of `prog` as part of a longer stage:
     its block plus the output cotangent when W reads it (the stage's own dy is
     counted apart, as the inbox's, so a stage summed from units counts one extra).
     `made`: only what I computes of it (the output cotangent included: inside a
-    stage, the next unit's I computes it), not the residual leaves W reads in place."""
+    stage, the next unit's I computes it), not the residual leaves W reads in place.
+    `beside`: of what I computes, what it allocates beside the residuals (the output
+    cotangent counted whole: the next unit's I makes it)."""
     prog.compile_split()
-    block = prog.weight_grad_made_bytes if made else prog.weight_grad_held_bytes
+    block = (prog.weight_grad_beside_bytes if beside else
+             prog.weight_grad_made_bytes if made else prog.weight_grad_held_bytes)
     return block + (prog.dy_bytes if prog.weight_grad_reads_dy else 0)
 
 

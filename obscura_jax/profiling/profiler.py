@@ -39,7 +39,9 @@ the unit's own timing, also reports the unit's I and W (as
 obscura_jax.observe.measure.time_unit_program does: the engine's I and W programs,
 each timed alone over the same residuals), the unit records them as input_grad_time
 / weight_grad_time, weight_grad_bytes, what a W keeps from its I, and
-weight_grad_made_bytes, the part of it I computes; with the W that re-derives its
+weight_grad_made_bytes, the part of it I computes, and weight_grad_beside_bytes,
+the part of that I allocates beside the residuals (not written into those it takes
+donated); with the W that re-derives its
 inputs also weight_grad_rederive_time / _bytes (`split_fields`).
 
 Bandwidths: host <-> device and device <-> device are timed with jax.device_put
@@ -200,9 +202,9 @@ def split_fields(timing) -> dict:
     rederive, held = getattr(timing, "weight_grad_rederive", None), getattr(timing, "weight_grad_rederive_bytes", None)
     if rederive is not None and held is not None:
         out.update(weight_grad_rederive_time=float(rederive), weight_grad_rederive_bytes=float(held))
-    made = getattr(timing, "weight_grad_made_bytes", None)
-    if made is not None:
-        out["weight_grad_made_bytes"] = float(made)
+    for key in ("weight_grad_made_bytes", "weight_grad_beside_bytes"):
+        if getattr(timing, key, None) is not None:
+            out[key] = float(getattr(timing, key))
     return out
 
 

@@ -10,7 +10,9 @@ forward returns them (the same pullback, the same layout: checked), and the forw
 part is what a W that re-derives its inputs re-runs. After I the micro-batch's
 residuals become `held`: the residual leaves W reads (not copied) and what I
 computed for it; `weight_grad_leaf_bytes` per leaf, `weight_grad_held_bytes` in all,
-`weight_grad_made_bytes` the part I computes (its outputs beside the residuals).
+`weight_grad_made_bytes` the part I computes, `weight_grad_beside_bytes` the part
+of that XLA could not write into the residual leaves I takes donated (what I's
+outputs add to the residuals while it runs).
 At-once units (obscura_jax.runtime.weight_grad) have their gradients accumulated by
 I itself, into the gradient accumulator it then takes and donates.
 """
@@ -103,6 +105,12 @@ class SplitBackward:
         self.weight_grad_held_bytes = sum(self.weight_grad_leaf_bytes) - self.weight_grad_host_bytes
         self.weight_grad_made_bytes = sum(b for i, b in enumerate(self.weight_grad_leaf_bytes)
                                           if i >= len(self._w_res) and i not in self._w_offloaded)
+        # of those, what I allocates beside the residuals: its outputs less what XLA
+        # wrote into the donated residual leaves (and the accumulator), less dx
+        i_mem = memory_of(self._bwd_input)
+        dx_bytes = self._bytes(_spec(i_lowered.out_info[0], self._bwd_input.output_shardings[0]))
+        self.weight_grad_beside_bytes = min(self.weight_grad_made_bytes,
+                                            max(0, i_mem["output"] - i_mem["alias"] - dx_bytes))
         w_body = self.mesh.local(weight_grad, (_WHOLE, _DATA, self._dy_in, _DATA), (_DATA, _WHOLE))
         self._bwd_weight = jax.jit(w_body, donate_argnums=3).lower(
             params_spec, held_specs, dy_spec, self._grads_spec()).compile()

@@ -175,7 +175,8 @@ def divide_unit(unit: UnitProfile, split: UnitSplit, layout: MeshLayout) -> Unit
     scaled = {k: getattr(unit, k) * share(s) for k, s in (("input_grad_time", split.bwd),
                                                          ("weight_grad_time", split.bwd))
               if getattr(unit, k) is not None}
-    for key in ("weight_grad_bytes", "weight_grad_made_bytes", "weight_grad_rederive_bytes"):
+    for key in ("weight_grad_bytes", "weight_grad_made_bytes", "weight_grad_beside_bytes",
+                "weight_grad_rederive_bytes"):
         if getattr(unit, key) is not None:
             scaled[key] = getattr(unit, key) / d
     return replace(unit, fwd_time=unit.fwd_time * share(split.fwd), bwd_time=unit.bwd_time * share(split.bwd),

@@ -72,3 +72,13 @@ def test_a_split_stage_counts_what_its_i_makes_where_the_profile_measured_it():
     assert input_grad_outputs(made, part[1], "rederive") is None
     assert program_outputs(costs, 1, True, input_grad_outputs(made, part[1])) == pytest.approx(dx + want)
     assert dx + want < program_outputs(costs, 1, True)
+    # what I allocates beside the residuals (XLA wrote the rest into the leaves it takes
+    # donated) replaces what it computes, where every unit of the stage has it
+    beside = replace(made, units=tuple((k, replace(u, weight_grad_beside_bytes=0.1 * u.weight_grad_bytes))
+                                       for k, u in made.units))
+    less = sum(0.1 * prof.unit(k).weight_grad_bytes for k in prof.kinds[3:6])
+    assert less < want and input_grad_outputs(beside, part[1]) == pytest.approx(less)
+    one_unit = dict(beside.units)      # a kind of the stage without it: what I computes, summed
+    one_unit[prof.kinds[4]] = replace(one_unit[prof.kinds[4]], weight_grad_beside_bytes=None)
+    partly = replace(beside, units=tuple(one_unit.items()))
+    assert input_grad_outputs(partly, part[1]) == pytest.approx(want)

@@ -98,6 +98,8 @@ def test_profile_bytes_are_the_engines(measured):
         prog = build_program(cfg, (r, r + 1), "none", jax.devices("cpu")[0], BatchShape(1, 2, 64))
         assert unit.weight_grad_bytes == unit_weight_grad_bytes(prog)
         assert unit.weight_grad_made_bytes == unit_weight_grad_bytes(prog, made=True) <= unit.weight_grad_bytes
+        assert unit.weight_grad_beside_bytes == unit_weight_grad_bytes(prog, beside=True) \
+            <= unit.weight_grad_made_bytes
         # the embedding's gradient is a scatter-add of dy that I computes: W holds nothing
         assert (unit.weight_grad_bytes > 0) == (kind != "embed")
         # the W that re-derives its inputs: its own program, timed and counted the same way
