@@ -33,10 +33,9 @@ the unit's input. `weight_grad_made_bytes`: of `weight_grad_bytes`, what I compu
 (the output cotangents, and what it re-materialises for W); the rest are residual
 leaves W reads where the forward left them. I's outputs are allocated while the
 residuals are still alive (planner.costs.program_outputs): without the field the
-whole W block counts there. `weight_grad_beside_bytes`: of those, what I allocates
-beside the residuals, where XLA could not write them into the residual leaves I
-takes donated; counted there instead of `weight_grad_made_bytes` where present. Without them a split backward is priced I = W = bwd_time / 2 and a
-W holds the whole block until it ends (schedules.costs' defaults).
+whole W block counts there; `weight_grad_beside_bytes` (of those, what XLA did not
+write into the residual leaves I takes donated) counts instead where present.
+Without them I = W = bwd_time / 2 and a W holds the whole block until it ends.
 """
 from __future__ import annotations
 

@@ -138,9 +138,8 @@ class StageProgram(SplitBackward, DataShards):
         self._x_spec, self._t_spec = x_spec, t_spec
         self._split_specs = (params_spec, tuple(res_specs), dy_spec)
         self._bwd = self._bwd_input = self._bwd_weight = self._bwd_input_kept = None
-        # once the split backward compiles
         self.weight_grad_held_bytes = self.weight_grad_made_bytes = self.weight_grad_beside_bytes = None
-        self.weight_grad_host_bytes = 0
+        self.weight_grad_host_bytes = 0      # W's block and its parts: once the split backward compiles
         if not split:
             self.compile_fused()
         # dy that a W keeps from its I (the loss stage's dy is the shared scalar)
