@@ -100,7 +100,8 @@ def test_profiler_fields_are_sane_on_the_gpu(tmp_path):
     for kind, unit in prof["units"].items():
         assert unit["fwd_time"] > 0 and unit["bwd_time"] > 0 and unit["weight_bytes"] > 0, kind
         assert unit["input_grad_time"] >= 0 and unit["weight_grad_time"] > 0, kind
-        assert unit["weight_grad_bytes"] > 0, kind
+        # the embedding's gradient is a scatter-add of dy that I finishes: its W holds nothing
+        assert (unit["weight_grad_bytes"] > 0) == (kind != "embed"), kind
         # tiny programs are launch-bound: sane, not tight (the H200 profile of the
         # 13B models is held to 0.55 / 1.08 in BENCHMARKS)
         assert unit["weight_grad_time"] < 3 * unit["bwd_time"], kind
