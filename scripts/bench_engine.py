@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", action="store_true", help="GPU mode (see above)")
     ap.add_argument("--steps", type=int, default=None, help="steps per run (CPU 20, GPU 6)")
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--seq-len", type=int, default=None, help="CPU 64, GPU 4096")
+    ap.add_argument("--seq-len", type=int, default=None, help="CPU 64, GPU 4096 (--cpu-smoke 64)")
     ap.add_argument("--micro-batch-size", type=int, default=4, help="CPU only (GPU uses 1)")
     ap.add_argument("--devices", type=int, default=4, help="CPU only: emulated devices")
     ap.add_argument("--processes", type=int, default=1, help="CPU only: local processes sharing the devices")
@@ -47,7 +47,9 @@ def bench(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.gpu:
-        benchmark.gpu_bench(out, args.layers, args.seq_len or 4096, args.microbatches, args.steps or 6,
+        # the CPU smoke runs llama2-tiny, whose sequences stop at 256 tokens
+        seq_len = args.seq_len or (64 if args.cpu_smoke else 4096)
+        benchmark.gpu_bench(out, args.layers, seq_len, args.microbatches, args.steps or 6,
                             args.mechanisms.split(","), args.timeout,
                             args.runs.split(",") if args.runs else None, smi_log=args.smi,
                             cpu_smoke=args.cpu_smoke)
