@@ -1,8 +1,8 @@
 """The library describes itself, not the work that made it: no source file, script,
-doc or Makefile comment cites a tracker issue by number, a findings file that is not
-in the repository, a machine "lent" to the work, or "the 2-core box". Each such
-phrase is rewritten to say what it means (the machine, the results file, the
-BENCHMARKS.md section or the docs section)."""
+doc or Makefile comment cites a tracker entry by number, a findings file that is not
+in the repository, a machine as borrowed by the work, or the CPU machine by its
+nickname (PHRASES). Each such phrase is rewritten to say what it means (the machine,
+the results file, the BENCHMARKS.md section or the docs section)."""
 from __future__ import annotations
 
 import re
@@ -51,14 +51,16 @@ def test_known_exceptions_still_hold():
 def test_the_scan_finds_planted_phrases(tmp_path):
     (tmp_path / "pkg").mkdir()
     planted = tmp_path / "pkg" / "mod.py"
-    cite, plural, glued = "issue" + " 11", "issues" + " #23", "issue" + "13"   # spelled apart: this file's own
-    planted.write_text(f'"""Found in {cite} (FINDINGS §3) on the lent H200."""\n'      # source holds none
-                       f"# measured on the 2-core box ({plural})\n"
+    # spelled apart: this file's own source holds none of the phrases it plants
+    cite, plural, glued = "issue" + " 11", "issues" + " #23", "issue" + "13"
+    notes, lent, box = "FIND" + "INGS", "le" + "nt", "2-core" + " box"
+    planted.write_text(f'"""Found in {cite} ({notes} §3) on the {lent} H200."""\n'
+                       f"# measured on the {box} ({plural})\n"
                        "ORDER = 'the global issue order'   # not a citation\n"
                        f"def test_{glued}_inputs(): pass\n")
     got = findings([planted], tmp_path)
-    assert got == [f"pkg/mod.py:1: {cite}", "pkg/mod.py:1: FINDINGS", "pkg/mod.py:1: lent",
-                   "pkg/mod.py:2: 2-core box", f"pkg/mod.py:2: {plural}", f"pkg/mod.py:4: {glued}"]
+    assert got == [f"pkg/mod.py:1: {cite}", f"pkg/mod.py:1: {notes}", f"pkg/mod.py:1: {lent}",
+                   f"pkg/mod.py:2: {box}", f"pkg/mod.py:2: {plural}", f"pkg/mod.py:4: {glued}"]
 
 
 def test_the_scan_covers_packages_scripts_and_docs():
