@@ -196,19 +196,20 @@ def working_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[
     return max(profile.unit(k).recomputed_bytes(r) for k in kinds)
 
 
-def program_outputs(costs: StageCosts, stage: int, split: bool, made: float | None = None) -> float:
+def program_outputs(costs: StageCosts, stage: int, split: bool, for_w: float | None = None) -> float:
     """Bytes a stage's backward program allocates for its outputs while its inputs
     (the micro-batch's residuals) are still alive, which the memory fold, counting a
     block as one or the other, does not see: the input gradient it sends upstream,
-    and, for a split backward's I, what it computes for W: `made` where the profile
+    and, for a split backward's I, what it allocates for W: `for_w` where the profile
     measured it (input_grad_outputs; the rest of W's block are residual leaves W reads
-    where the forward left them), else the whole block W will read. A device's peak
-    adds the largest among its stages to its working set."""
+    where the forward left them, or cotangents XLA wrote into residuals I took
+    donated), else the whole block W will read. A device's peak adds the largest
+    among its stages to its working set."""
     dx = costs.boundary_bytes[stage - 1] if stage > 0 else 0.0
     if not split:
         return dx
-    if made is not None:
-        return dx + made
+    if for_w is not None:
+        return dx + for_w
     held = costs.weight_grad_held_bytes(stage)
     return dx + (held if held is not None else costs.act_bytes[stage] - costs.input_grad_frees(stage))
 
