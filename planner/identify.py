@@ -39,17 +39,21 @@ def stage_peak_1f1b(profile: Profile, units: tuple[int, int], stage: int, num_st
                     num_microbatches: int, recompute: frozenset[str],
                     unit_kept: UnitKept | None = None) -> float:
     """W_s + (p - s) kept_s(R) + the rematerialisation working set of R + the
-    inbox: one received gradient, and one received activation when the stage has a
-    steady phase (p - s < m: its next input arrives as a forward starts; with no
-    steady phase nothing waits then); plus the input gradient a backward writes
-    beside its residuals (planner.costs.program_outputs). In closed form, what the
-    one memory fold (schedules.memory) gives the stage on a simulated 1F1B order,
-    and the planner's peaks add (tests/planner/test_identify.py holds them equal)."""
+    inbox: one received activation when the stage has a steady phase (p - s < m: its
+    next input arrives as a forward starts; with no steady phase nothing waits then)
+    and the received gradients, two when m > 1: B reads its gradient to its end, and
+    the next one can arrive meanwhile (whether it does depends on the durations: the
+    next stage's backward after a forward shorter than this B); plus the input
+    gradient a backward writes beside its residuals (planner.costs.program_outputs).
+    In closed form, what the one memory fold (schedules.memory) gives the stage on a
+    simulated 1F1B order, or one gradient more where the second does not arrive in
+    time (tests/planner/test_memory_figures.py), and what the planner's peaks add."""
     a, b = units
     kinds = profile.kinds
     warm = warmup_1f1b(num_stages, num_microbatches, stage)
+    grads = min(2, num_microbatches) if b < profile.num_units else 0
     inbox = ((profile.unit(kinds[a]).input_bytes if a > 0 and warm < num_microbatches else 0.0)
-             + (profile.unit(kinds[b]).input_bytes if b < profile.num_units else 0.0))
+             + grads * (profile.unit(kinds[b]).input_bytes if b < profile.num_units else 0.0))
     dx = profile.unit(kinds[a]).input_bytes if a > 0 else 0.0
     return (weight_bytes(profile, units) + inbox + dx
             + warm * kept_bytes(profile, units, recompute, unit_kept)

@@ -13,8 +13,9 @@
 A B whose micro-batch also has a W on its stage is the input half, the older
 spelling of I (schedules/kinds.py): it is an I in every column (`effective_kind`,
 the one place that says so; `Schedule.effective_kind` applies it to a schedule).
-Inbox: F(s-1, x) puts the activation F(s, x) takes at its start; the
-backward-input step of (s+1, x) puts the gradient that B(s, x) takes at its start,
+Inbox: F(s-1, x) puts the activation F(s, x) takes at its start (the block the
+forward keeps holds its input); the backward-input step of (s+1, x) puts the
+gradient that B(s, x) takes at its end (B reads it to the last: it is not donated),
 or that W(s, x) releases at its end when the backward is split (an I keeps it).
 
 Lanes: a device runs its compute lane (F, B, I, W of all its stages) in row
@@ -135,7 +136,7 @@ KINDS: dict[Kind, KindRule] = {
     _F: KindRule(_F, _waits_forward, COMPUTE, _forward_time, False, (("start", "alloc"),),
                  (("start", "take_input"),)),
     _B: KindRule(_B, _waits_backward, COMPUTE, _backward_time, True, (("end", "free"),),
-                 (("start", "take_grad"),)),
+                 (("end", "take_grad"),)),
     _I: KindRule(_I, _waits_backward, COMPUTE, _input_grad_time, True, (("start", "remat"), ("end", "input_grad"))),
     _W: KindRule(_W, _waits_weight_grad, COMPUTE, _weight_grad_time, False, (("end", "free"),),
                  (("end", "release_grad"),)),

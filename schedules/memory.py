@@ -17,8 +17,9 @@ Per (stage, micro-batch) block on the device (residuals, "activations"):
 Inbox (what the device received but has not consumed yet, as the engine's ledger
 counts it): the input of F(s, x) from the start of F(s-1, x) to the start of F(s, x),
 and the gradient of B/I(s, x) from the start of the backward-input step of (s+1, x) to
-the start of B/I(s, x), or to the end of W(s, x) when there is one: the split
-backward's W needs that gradient again (StageCosts.boundary_bytes each).
+the end of B(s, x), which reads it to its last instruction (not donated), or to the
+end of W(s, x) when the backward is split: W needs that gradient again
+(StageCosts.boundary_bytes each).
 At equal times frees come before allocations (a stream frees before it reuses).
 
 `peak_activation_bytes` is the peak of the blocks alone; `peak_held_bytes` of blocks
@@ -277,8 +278,8 @@ def fold_levels(events) -> tuple[float, float]:
 
 def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
     """Peak of the block step function plus the inbox (frees first at equal times):
-    F takes its input, the backward-input step its gradient, which a split
-    backward's W releases (the inbox rule of schedules/actions.py)."""
+    F takes its input at its start, B its gradient at its end, a split
+    backward's W releases it (the inbox rule of schedules/actions.py)."""
     events = []
     prev = 0.0
     for t, total in steps:
@@ -287,7 +288,9 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
     if not all_starts and num_stages <= 1:    # an order's fold (order_memory): no inbox to add
         return fold_levels(events)[1]
     start = {(o.stage, o.kind, o.microbatch): o.start for o in ops}
-    w_end = {(o.stage, o.microbatch): o.end for o in ops if o.kind == Kind.W}
+    # where the gradient is let go: the end of W, else of B (an I without a W is a B)
+    release = {(o.stage, o.microbatch): o.end for o in ops if o.kind in BACKWARD_INPUT_KINDS}
+    release.update({(o.stage, o.microbatch): o.end for o in ops if o.kind == Kind.W})
     for s in sorted({o.stage for o in ops}):
         st = memory[s]
         for x in sorted({o.microbatch for o in ops if o.stage == s}):
@@ -297,9 +300,9 @@ def _held(steps, ops, memory, all_starts, num_stages: int) -> float:
             if s < num_stages - 1:
                 up = _backward_input_start(all_starts, s + 1, x)
                 mine = _backward_input_start(start, s, x)
-                if up is not None and mine is not None:   # a split backward keeps dy until W
+                if up is not None and mine is not None:   # held to B's end, or W's (split)
                     events.append((up, 1, st.inbox_grad))
-                    events.append((w_end.get((s, x), mine), 0, -st.inbox_grad))
+                    events.append((release[(s, x)], 0, -st.inbox_grad))
     return fold_levels(events)[1]
 
 

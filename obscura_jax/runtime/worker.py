@@ -104,16 +104,27 @@ class StageWorker:
         return issuer(action)
 
     def _receive(self, action: Action, kind: Kind):
-        """Its input; the ledger notes what `kind` does to the inbox (its take, if any)."""
+        """Its input; the ledger notes what `kind` does to the inbox at its start (its
+        take, if any: one at its end is noted by `_taken` once the program is issued)."""
         msgs = self.ctx.routes.incoming[action]
-        take = next((effect for _, effect in KINDS[kind].inbox if effect.startswith("take")), None)
+        take = next((effect for at, effect in KINDS[kind].inbox if at == "start" and effect.startswith("take")),
+                    None)
         return self.ctx.transport.receive(msgs[0], take) if msgs else None
+
+    def _taken(self, action: Action, kind: Kind) -> dict:
+        """The sizes for `_note` of `kind`'s takes at its end (B's gradient: read to the
+        last, it leaves the inbox when B ends)."""
+        msgs = self.ctx.routes.incoming[action]
+        if not msgs:
+            return {}
+        return {effect: (self.ctx.transport.boundary_bytes[msgs[0].boundary], 0)
+                for at, effect in KINDS[kind].inbox if at == "end" and effect.startswith("take")}
 
     def _note(self, a: Action, kind: Kind, **sizes) -> None:
         """Note in the ledger each effect of `kind`'s memory and inbox columns that
         the engine has a size for: sizes[effect] = (device bytes, host bytes). One
         it has none for is no change here: I's remat (the measured block W reads
-        holds what recompute brought back), the takes (noted on receiving)."""
+        holds what recompute brought back), the takes at the start (noted on receiving)."""
         if self.ctx.ledger is None:
             return
         rule = KINDS[kind]
@@ -145,7 +156,7 @@ class StageWorker:
         dy = ctx.loss_dy if prog.returns_loss else self._receive(a, Kind.B)
         res = self.residuals.pop((s, mb))
         st.grads, dx, done = prog.backward(st.params, res, dy, st.grads)
-        self._note(a, Kind.B, free=(res.device_bytes, res.host_resident_bytes))
+        self._note(a, Kind.B, free=(res.device_bytes, res.host_resident_bytes), **self._taken(a, Kind.B))
         if dx is not None:
             self._send(a, dx)
         return (done,)

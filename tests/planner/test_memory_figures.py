@@ -5,11 +5,12 @@ layout sweep's blocks in flight, and the recompute IP's resident blocks of a
 swapped order. (The cap search's count: tests/schedules/test_memory_fold.py; the
 runtime ledger's: tests/obscura_jax/runtime/test_executor.py.)
 
-identify's peak is a closed form (the paper's Step 1, plus the inbox): it equals the
-fold on the committed profiles, drawn here. On stages as uneven as the synthetic
-profile's (an embedding stage next to whole layers) with m < p, the fold can see a
-second gradient arrive before the first is consumed, one boundary activation more;
-the planner's own figures are the fold's (simulate_config)."""
+identify's peak is a closed form (the paper's Step 1, plus the inbox): on the
+committed profiles, drawn here, it is the fold's or one received gradient more
+(whether the next gradient arrives while B still reads the last depends on the
+durations, which a closed form does not see). On stages as uneven as the synthetic
+profile's (an embedding stage next to whole layers) with m < p, the fold can see
+more; the planner's own figures are the fold's (simulate_config)."""
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -55,7 +56,9 @@ def test_identify_and_the_layout_count_are_the_folds_on_1f1b(path, layers, p, m,
     for s in range(p):
         fold = (costs.weight_bytes[s] + tl.stages[s].peak_held_bytes + working_bytes(prof, part[s], r)
                 + program_outputs(costs, s, False))
-        assert stage_peak_1f1b(prof, part[s], s, p, m, r) == fold
+        closed = stage_peak_1f1b(prof, part[s], s, p, m, r)
+        # the second gradient arrives during B or not, by the durations: never below
+        assert fold <= closed <= fold + costs.boundary_bytes[s]
     assert inflight_1f1b(p, m) == tuple(st.peak_inflight_microbatches for st in tl.stages)
 
 

