@@ -13,8 +13,10 @@
     interleaved-zb  torch's interleaved zero bubble, V = 2   2
     v-half, v-min   controllable-memory V schedules          2
 
-Each is searched the same way (planner.family_search): its own order and, where a
-generator of Obscura's transformation on it exists, that order too, with every
+Each is searched the same way (planner.family_search): its own order on the even
+partition and, where one device is a little over the limit with nothing recomputed,
+on a partition balanced for memory (planner.memory_balance); where a generator of
+Obscura's transformation on it exists, that order too, with every
 stage's recompute set chosen per op for the limit, swaps on the recomputing
 devices, every candidate judged by the simulator and the one memory fold, per
 DEVICE (a device's peak: its stages' weights + its held activations and inbox + the
@@ -33,8 +35,9 @@ from typing import Mapping
 
 import models
 from planner.costs import Partition, check_partition
-from planner.family_search import (Candidate, FamilyResult, at_limit, best_of, needs_of, order_of,
+from planner.family_search import (Candidate, FamilyResult, at_limit, best_of, evaluate, needs_of, order_of,
                                    search_order, transformed, unlimited)
+from planner.memory_balance import Balanced, balance_memory, balanced
 from planner.profile import Profile
 from planner.names import family_of  # noqa: F401 (re-exported)
 from planner.search import Evaluation, Setting, rank
@@ -106,6 +109,9 @@ def search_family(setting: Setting, family: Family, num_devices: int, swap: bool
     order = order_of(setting, family.generator, num_devices, part, family.virtual_stages, per_op)
     fast = unlimited(order)
     found, leans = search_order(order, "plain", swap)
+    moved = balanced(order, fast)
+    if moved is not None:
+        found.append(Candidate("balanced", moved))
     if family.obscura is not None:
         seed = best_of(found) or (Candidate("plain", min(leans, key=lambda ev: max(ev.peaks))) if leans else None)
         more, more_leans = [], []
@@ -143,3 +149,23 @@ def fastest_fitting(results: Mapping[str, FamilyResult]) -> tuple[str, Candidate
     """(family, candidate) of the fastest fitting plan across families (None: nothing fits)."""
     fitting = [(name, r.best) for name, r in results.items() if r.best is not None]
     return min(fitting, key=lambda t: rank(t[1].evaluation)) if fitting else None
+
+
+def balanced_partition(profile: Profile, family: Family, num_devices: int, num_microbatches: int,
+                       target: float | None = None) -> Balanced:
+    """The family's order with nothing recomputed on a partition balanced for memory
+    (planner.memory_balance) down to `target`, by default the largest device peak of
+    1F1B on the even partition: where the family holds no more than 1F1B, as the
+    zero-bubble papers count it (the bench's `zb_v_balanced` run)."""
+    if target is None:
+        free = Setting(profile, num_microbatches, math.inf)
+        target = max(unlimited(order_of(free, "1f1b", num_devices, chunk_partition(profile, num_devices, 1),
+                                        1)).peaks)
+    setting = Setting(profile, num_microbatches, target)
+    order = order_of(setting, family.generator, num_devices, chunk_partition(profile, num_devices,
+                                                                          family.virtual_stages),
+                     family.virtual_stages)
+    even = unlimited(order)
+    nothing = (frozenset(),) * len(order.partition)
+    return balance_memory(lambda part: evaluate(setting, even.schedule, part, nothing, family.virtual_stages),
+                          order.partition, target, even.schedule.stage_to_device)

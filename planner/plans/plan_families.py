@@ -20,6 +20,7 @@ class StageChoiceSummary:
     recompute: tuple[str, ...]
     swap_blocks: int = 0
     swap_fraction: float = 0.0
+    units: tuple[int, int] | None = None    # its unit range [a, b) (None: written before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class FamilySummary:
             return {**out, "note": self.note}
         out.update(fits=self.fits, variant=self.variant, iteration_time=self.iteration_time,
                    peak_bytes=list(self.peak_bytes),
-                   stages=[{"recompute": list(c.recompute), "swap_blocks": c.swap_blocks,
+                   stages=[{**({"units": list(c.units)} if c.units is not None else {}),
+                            "recompute": list(c.recompute), "swap_blocks": c.swap_blocks,
                             "swap_fraction": c.swap_fraction} for c in self.stages],
                    needs_bytes=self.needs_bytes, unlimited_time=self.unlimited_time,
                    unlimited_peak_bytes=self.unlimited_peak_bytes)
@@ -66,7 +68,9 @@ def family_from_json(d: Any) -> FamilySummary:
         raise PlanError("plan 'families' entries must be objects with a 'name'")
     try:
         stages = tuple(StageChoiceSummary(tuple(c["recompute"]), int(c.get("swap_blocks", 0)),
-                                          float(c.get("swap_fraction", 0.0))) for c in d.get("stages", []))
+                                          float(c.get("swap_fraction", 0.0)),
+                                          tuple(int(u) for u in c["units"]) if "units" in c else None)
+                       for c in d.get("stages", []))
         return FamilySummary(d["name"], str(d.get("label", d["name"])), int(d.get("virtual_stages", 1)),
                              bool(d.get("evaluated", False)), str(d.get("note", "")), bool(d.get("fits", False)),
                              d.get("variant"), d.get("iteration_time"), tuple(int(b) for b in d.get("peak_bytes", [])),
@@ -103,7 +107,8 @@ def summarize(families, results, op_order, timing=None) -> tuple[FamilySummary, 
         ev = r.best.evaluation
         cfg = ev.config
         stages = tuple(StageChoiceSummary(recompute_names(cfg.recompute[s], op_order), cfg.swap_blocks[s],
-                                          cfg.beta if cfg.swap_blocks[s] else 0.0) for s in range(len(cfg.recompute)))
+                                          cfg.beta if cfg.swap_blocks[s] else 0.0, tuple(cfg.partition[s]))
+                       for s in range(len(cfg.recompute)))
         out.append(FamilySummary(f.name, f.label, f.virtual_stages, True, fits=True, variant=r.best.variant,
                                  iteration_time=timing(ev), peak_bytes=tuple(int(math.ceil(p)) for p in ev.peaks),
                                  stages=stages, **common))
