@@ -9,7 +9,8 @@ GPU mode: each configuration runs as its own `python -m obscura_jax train` proce
 (so memory_stats peaks belong to one run), all stages on one GPU by default, a
 Llama-2 config of about 1B parameters per stage (llama2-7b shapes, 16 layers -> 4
 per stage at p=4), seq 4096, bf16 activations. Runs: 1F1B; ZB-H1 (split backward:
-I and W as their own programs); Obscura with swapping; the same Obscura schedule
+I and W as their own programs) and ZB-V, each also with the head's W at once, and
+ZB-V on a partition balanced for memory (experiments.engine_partition); Obscura with swapping; the same Obscura schedule
 with SO/SI as no-ops; Recomp-All (DAPPLE+) with unit- and with layer-granular full
 recompute. Fraction of swap time hidden:
     1 - max(0, T_swap - T_noswap) / (bytes_out / bw_out + bytes_in / bw_in)
@@ -32,6 +33,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from experiments.engine_partition import zb_v_balanced_counts
 from obscura_jax.devices import request_host_devices
 from obscura_jax.errors import UsageError
 from schedules.ir import Action
@@ -158,9 +160,10 @@ def busy_window(path: Path, t0: float, t1: float) -> dict | None:
 
 
 def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechanisms: list[str],
-                cpu_smoke: bool = False) -> dict:
+                cpu_smoke: bool = False, only=None) -> dict:
     """The GPU runs' `obscura train` flags; `cpu_smoke`: the same runs on llama2-tiny and
-    4 emulated CPU devices (checks the GPU mode's plumbing where there is no GPU)."""
+    4 emulated CPU devices (checks the GPU mode's plumbing where there is no GPU); the
+    balanced ZB-V's partition is planned only where it runs (`only`: the runs asked for)."""
     model = ["--model", "llama2-tiny", "--devices", "cpu:1"] if cpu_smoke else \
         ["--model", "llama2-7b", "--devices", "gpu", "--layers", str(layers), "--compute-dtype", "bfloat16"]
     base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
@@ -173,6 +176,10 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"],
             "zb_h1_head_at_once": base + ["--schedule", "zb-h1"] + at_once,
             "zb_v": base + ["--schedule", "zb-v"], "zb_v_head_at_once": base + ["--schedule", "zb-v"] + at_once}
+    if only is None or "zb_v_balanced" in only:
+        part = zb_v_balanced_counts(model[1], None if cpu_smoke else layers, seq_len, microbatches, 4,
+                                    None if cpu_smoke else "bfloat16")
+        runs["zb_v_balanced"] = base + ["--schedule", "zb-v", "--partition", part] + at_once
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
@@ -204,7 +211,7 @@ def gpu_bench(out: Path, layers: int, seq_len: int, microbatches: int, steps: in
     # The runs share most stage programs: compile them once across the processes.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/obscura_jax_compile_cache")
     results, failures, windows = {}, {}, {}
-    configs = gpu_configs(layers, seq_len, microbatches, steps, mechanisms, cpu_smoke)
+    configs = gpu_configs(layers, seq_len, microbatches, steps, mechanisms, cpu_smoke, only)
     unknown = sorted(set(only or ()) - set(configs))
     if unknown:
         raise UsageError(f"unknown run(s) {', '.join(unknown)}; runs: {', '.join(configs)}")
@@ -302,7 +309,7 @@ def zero_bubble_rows(runs: dict) -> dict:
         return {}
     base_peak, _ = largest_peak(base)
     out = {}
-    for label in ("zb_h1", "zb_h1_head_at_once", "zb_v", "zb_v_head_at_once"):
+    for label in ("zb_h1", "zb_h1_head_at_once", "zb_v", "zb_v_head_at_once", "zb_v_balanced"):
         row = runs.get(label)
         if not row or not row.get("stages"):
             continue

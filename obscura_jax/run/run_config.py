@@ -48,6 +48,18 @@ def parse_adjusted(text):
     return vals[0] if len(vals) == 1 else vals
 
 
+def parse_partition(value) -> tuple[int, ...]:
+    """--partition N,N,... (units per model stage) -> a tuple of counts, each >= 1."""
+    try:
+        items = split_items(value, "--partition") if isinstance(value, str) else list(value)
+        counts = tuple(parse_int(v) for v in items)
+    except (ObscuraError, TypeError):
+        raise UsageError(f"--partition must be a comma list of unit counts per stage, got {value!r}") from None
+    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        raise UsageError(f"--partition must be a comma list of unit counts >= 1 per stage, got {value!r}")
+    return counts
+
+
 def policy_names(policy) -> tuple[str, ...]:
     """RunConfig.adjusted_policy as the schedule's recompute names: a tuple of op and
     preset names as given, or a models.RecomputePolicy's recompute set (`layer` for a
@@ -99,6 +111,7 @@ class RunConfig:
     data_across_processes: bool = False  # several processes: each holds data rows of every stage
     device_memory: float | str | None = None  # bytes each device's allocator holds (e.g. "24GiB"); None: asked
     force_memory: bool = False         # run even where the memory check says a device cannot hold it
+    partition: object = None           # units per model stage, in stage order ("5,4,..." or a tuple); None: even
     weight_grad: str | None = None     # a split backward's W: hold its inputs or rederive them (None: a plan's, else hold)
     head_weight_grad: str = "auto"     # the head's W: auto | defer | at-once (obscura_jax.runtime.weight_grad)
 
@@ -162,6 +175,8 @@ class RunConfig:
             raise UsageError(f"--head-weight-grad must be one of {', '.join(HEAD_WEIGHT_GRAD)}, "
                              f"got {self.head_weight_grad!r}")
         check_pipeline_size(self.stages, self.microbatches)
+        if self.partition is not None:
+            object.__setattr__(self, "partition", parse_partition(self.partition))
         if self.device_memory is not None:
             object.__setattr__(self, "device_memory", parse_bytes(self.device_memory, "--device-memory",
                                                                   error=UsageError))
@@ -259,9 +274,27 @@ class RunConfig:
                 raise UsageError(str(e)) from None
             partition = None
         validate(schedule)
+        if self.partition is not None:
+            partition = self._given_partition(schedule, cfg)
         if partition is None:
             partition = models.even_partition(cfg.num_units, schedule.num_stages)
         return schedule, [tuple(int(v) for v in r) for r in partition]
+
+    def _given_partition(self, schedule: Schedule, cfg) -> list[tuple[int, int]]:
+        """--partition's unit counts as ranges, checked against the schedule and model."""
+        counts = self.partition
+        if self.plan:
+            raise UsageError("--partition: a plan fixes the partition (drop one of them)")
+        if len(counts) != schedule.num_stages:
+            raise UsageError(f"--partition gives {len(counts)} stages, the schedule has {schedule.num_stages} "
+                             "model stages (devices x chunks per device)")
+        if sum(counts) != cfg.num_units:
+            raise UsageError(f"--partition covers {sum(counts)} units, {cfg.name} has {cfg.num_units} (the "
+                             "embedding, attention and MLP of each layer, the head)")
+        edges = [0]
+        for n in counts:
+            edges.append(edges[-1] + n)
+        return list(zip(edges[:-1], edges[1:]))
 
     def planned_peaks(self) -> tuple[int, ...] | None:
         """The plan's predicted per-stage peak bytes (weights + kept activations),

@@ -79,7 +79,8 @@ def test_breakdown_of_the_h200_power_cap_run():
 
 def test_gpu_mode_runs_zb_h1_beside_1f1b_and_breaks_down_its_split_backward():
     from experiments.benchmark import gpu_configs, pipeline_breakdown
-    runs = gpu_configs(16, 4096, 8, 6, ["device_put"])
+    runs = gpu_configs(16, 4096, 8, 6, ["device_put"], only=["1f1b", "zb_h1"])
+    assert "zb_v_balanced" not in runs     # planned only where it runs
     assert runs["zb_h1"][runs["zb_h1"].index("--schedule") + 1] == "zb-h1"
     assert runs["1f1b"][runs["1f1b"].index("--schedule") + 1] == "1f1b"
     # one stage: F 0..1, I 1..3, W 3..4 against standalone F 1, I 1.5, W 1 -> backward 3 / 2.5
@@ -91,6 +92,18 @@ def test_gpu_mode_runs_zb_h1_beside_1f1b_and_breaks_down_its_split_backward():
     b = pipeline_breakdown(res)
     assert b["F_pipeline_over_standalone"] == 1.0 and b["B_pipeline_over_standalone"] == 3.0 / 2.5
     assert b["compute_seconds"] == 4.0 and b["idle_seconds"] == 1.0
+
+
+def test_the_balanced_zb_v_runs_on_the_planners_partition():
+    """`zb_v_balanced`: ZB-V on the partition planner.families.balanced_partition makes
+    for the bench's model (here the CPU smoke's llama2-tiny, 10 units on 8 chunks):
+    device 0's first chunk gives units to its last."""
+    from experiments.benchmark import gpu_configs
+    argv = gpu_configs(16, 64, 8, 2, ["device_put"], cpu_smoke=True, only=["zb_v_balanced"])["zb_v_balanced"]
+    counts = [int(n) for n in argv[argv.index("--partition") + 1].split(",")]
+    assert argv[argv.index("--schedule") + 1] == "zb-v" and "at-once" in argv
+    assert len(counts) == 8 and sum(counts) == 10 and min(counts) >= 1
+    assert counts != [2, 1, 1, 1, 1, 1, 1, 2] and counts[-1] > counts[0]
 
 
 def test_zero_bubble_rows_compare_largest_peaks_per_stage_or_device():

@@ -269,7 +269,8 @@ def run_config(args, **overrides) -> RunConfig:
         tensor_parallel=_given(args, "tensor_parallel", 1),
         data_across_processes=getattr(args, "data_across_processes", False),
         device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False),
-        weight_grad=getattr(args, "weight_grad", None), head_weight_grad=getattr(args, "head_weight_grad", "auto"))
+        weight_grad=getattr(args, "weight_grad", None), head_weight_grad=getattr(args, "head_weight_grad", "auto"),
+        partition=getattr(args, "partition", None))
     kw.update(overrides)
     return RunConfig(**kw)
 

@@ -38,6 +38,10 @@ def add_parser(sub):
                         "recompute sets and swapping on this model, the partition mapped proportionally "
                         "onto its units; the run is labelled not comparable (default: off: such a plan is "
                         "refused)")
+    p.add_argument("--partition", default=None, metavar="N,N,...",
+                   help="units per model stage, in stage order (the embedding, attention and MLP of each layer, "
+                        "the head: `obscura model-info` lists them), e.g. a plan family's balanced partition "
+                        "(default: even, or the plan's)")
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)

@@ -221,6 +221,13 @@ BAD = [
     (["--data-parallel", "0"], "--data-parallel must be >= 1, got 0"),
     (["--stages", "2", "--data-parallel", "2", "--devices", "cpu:4", "--stage-devices", "0,1"],
      "--stage-devices places one device per stage: it does not combine with --data-parallel"),
+    # a partition given by hand (llama2-tiny: 10 units)
+    (["--partition", "3,3,3"], "--partition gives 3 stages, the schedule has 4 model stages"),
+    (["--partition", "3,3,3,3"], "--partition covers 12 units, llama2-tiny has 10"),
+    (["--partition", "4,0,3,3"], "--partition must be a comma list of unit counts >= 1 per stage"),
+    (["--partition", "4,x,3,3"], "--partition must be a comma list of unit counts per stage, got '4,x,3,3'"),
+    (["--partition", "4,3,3,"], "--partition must be a comma list of unit counts per stage"),
+    (["--partition", "4,2,2,2", "--plan", "/nonexistent/plan.json"], "not found"),
 ]
 
 
@@ -241,6 +248,29 @@ def test_invalid_schedule_file(tmp_path, capsys):
     assert train("--schedule", str(bad), "--stages", "2") == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("obscura: error:") and "\n" not in err
+
+
+def test_a_given_partition_runs_a_v_schedule_with_the_plain_math(tmp_path, capsys):
+    """--partition (units per model stage) on ZB-V: each chunk gets its units, and
+    the run equals the unpipelined model (--check)."""
+    out = tmp_path / "zbv.json"
+    counts = [1, 1, 1, 1, 1, 1, 1, 3]         # the head's chunk (device 0) takes three units
+    assert train("--schedule", "zb-v", "--partition", ",".join(map(str, counts)), "--steps", "2", "--check",
+                 "--json", str(out)) == 0
+    res = json.loads(out.read_text())
+    edges = np.cumsum([0] + counts)
+    assert [st["units"] for st in res["stages"]] == [[int(a), int(b)] for a, b in zip(edges[:-1], edges[1:])]
+    assert res["check"]["equal"]
+    stages = [{"units": [a, b], "adjusted": False, "recompute": [], "swap_blocks": 0, "swap_fraction": 0.0,
+               "predicted_peak_bytes": 0} for a, b in ((0, 4), (4, 6), (6, 8), (8, 10))]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4,
+                                "memory_limit": 10**9, "schedule": "1f1b", "stages": stages,
+                                "predicted_iteration_time": 0.0, "baselines": {"dapple": None}}))
+    capsys.readouterr()
+    assert main(BASE[:3] + BASE[7:] + ["--plan", str(plan), "--partition", "4,2,2,2", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "obscura: error: --partition: a plan fixes the partition (drop one of them)"
 
 
 def test_plan_runs_its_partition_policies_and_order(tmp_path):
