@@ -250,6 +250,17 @@ def test_invalid_schedule_file(tmp_path, capsys):
     assert err.startswith("obscura: error:") and "\n" not in err
 
 
+def write_plan(path, schedule: str, stages: list) -> str:
+    """An obscura-plan/1 file for llama2-tiny's 4 stages at m = 4; each stage is its
+    `units` and what it overrides of a stage that recomputes and swaps nothing."""
+    rows = [{"adjusted": False, "recompute": [], "swap_blocks": 0, "swap_fraction": 0.0, "predicted_peak_bytes": 0,
+             **st} for st in stages]
+    path.write_text(json.dumps({"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4,
+                                "memory_limit": 10**9, "schedule": schedule, "stages": rows,
+                                "predicted_iteration_time": 0.0, "baselines": {"dapple": None}}))
+    return str(path)
+
+
 def test_a_given_partition_runs_a_v_schedule_with_the_plain_math(tmp_path, capsys):
     """--partition (units per model stage) on ZB-V: each chunk gets its units, and
     the run equals the unpipelined model (--check)."""
@@ -261,12 +272,8 @@ def test_a_given_partition_runs_a_v_schedule_with_the_plain_math(tmp_path, capsy
     edges = np.cumsum([0] + counts)
     assert [st["units"] for st in res["stages"]] == [[int(a), int(b)] for a, b in zip(edges[:-1], edges[1:])]
     assert res["check"]["equal"]
-    stages = [{"units": [a, b], "adjusted": False, "recompute": [], "swap_blocks": 0, "swap_fraction": 0.0,
-               "predicted_peak_bytes": 0} for a, b in ((0, 4), (4, 6), (6, 8), (8, 10))]
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4,
-                                "memory_limit": 10**9, "schedule": "1f1b", "stages": stages,
-                                "predicted_iteration_time": 0.0, "baselines": {"dapple": None}}))
+    plan = write_plan(tmp_path / "plan.json", "1f1b", [{"units": [a, b]} for a, b in ((0, 4), (4, 6), (6, 8),
+                                                                                     (8, 10))])
     capsys.readouterr()
     assert main(BASE[:3] + BASE[7:] + ["--plan", str(plan), "--partition", "4,2,2,2", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
@@ -276,18 +283,9 @@ def test_a_given_partition_runs_a_v_schedule_with_the_plain_math(tmp_path, capsy
 def test_plan_runs_its_partition_policies_and_order(tmp_path):
     """A plan (obscura-plan/1) with an uneven partition, a per-op recompute set and
     swapping on stage 0 trains with the plan's settings and the plain math."""
-    stages = [{"units": [0, 4], "adjusted": True, "recompute": ["mlp_act", "mlp_mul"], "swap_blocks": 1,
-               "swap_fraction": 0.5, "predicted_peak_bytes": 0},
-              {"units": [4, 5], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
-              {"units": [5, 7], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0},
-              {"units": [7, 10], "adjusted": False, "recompute": [], "swap_blocks": 0,
-               "swap_fraction": 0.0, "predicted_peak_bytes": 0}]
-    plan = {"format": "obscura-plan/1", "num_stages": 4, "num_microbatches": 4, "memory_limit": 10**9,
-            "schedule": "obscura", "stages": stages, "predicted_iteration_time": 0.0,
-            "baselines": {"dapple": None}}
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    write_plan(tmp_path / "plan.json", "obscura",
+               [{"units": [0, 4], "adjusted": True, "recompute": ["mlp_act", "mlp_mul"], "swap_blocks": 1,
+                 "swap_fraction": 0.5}, {"units": [4, 5]}, {"units": [5, 7]}, {"units": [7, 10]}])
     out, ref = tmp_path / "plan_run.json", tmp_path / "gpipe.json"
     assert main(BASE[:3] + BASE[7:] + ["--plan", str(tmp_path / "plan.json"), "--steps", "2",
                                       "--json", str(out)]) == 0
