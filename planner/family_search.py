@@ -39,6 +39,7 @@ from schedules import Kind, Schedule, ScheduleError, StageCosts, generate
 from schedules.actions import COMPUTE_KINDS
 from schedules.generators.caps import held_peaks as held_blocks
 from schedules.generators.common import assemble_devices, warmup_count
+from schedules.generators.join import join_first_stage_backward
 from schedules.generators.swap import add_swaps
 from schedules.simulator import held_peaks
 
@@ -297,12 +298,12 @@ def search_order(order: _Order, variant: str, swap: bool) -> tuple[list[Candidat
 
 def order_of(setting: Setting, name: str, num_devices: int, partition: Partition, virtual_stages: int,
              per_op: bool = True, **kw) -> _Order:
-    """The compute order of generator `name` for the family's partition (`per_op`:
-    stages choose op sets, else whole units or nothing)."""
+    """Generator `name`'s order for the family's partition, stage 0's backward joined where its
+    W follows its I (schedules.generators.join); `per_op`: op sets, else whole units or nothing."""
     extra = dict(kw)
     if virtual_stages > 1 and name in _CHUNK_ARG:
         extra["virtual_stages"] = virtual_stages
-    sched = generate(name, num_devices, setting.num_microbatches, **extra)
+    sched = join_first_stage_backward(generate(name, num_devices, setting.num_microbatches, **extra))
     if sched.num_stages != len(partition):
         raise ScheduleError(f"{name} builds {sched.num_stages} stages, the partition has {len(partition)}")
     return _Order(setting, name, sched, partition, compute_rows(sched), virtual_stages, per_op)

@@ -2,13 +2,15 @@
 per-stage recompute sets from the presets' candidate list, judged by the same
 simulator and memory fold."""
 import itertools
+import math
+from pathlib import Path
 
 import pytest
 
 from planner.families import BY_NAME, chunk_partition, search_family
 from planner.family_search import _placed, evaluate, order_of
 from planner.identify import cmb_set
-from planner.profile import FULL
+from planner.profile import FULL, load_profile
 from planner.search import Setting
 from tests.planner.synthetic import synthetic_profile
 
@@ -91,6 +93,36 @@ def test_a_split_stage_counts_what_its_i_makes_not_the_whole_w_block():
 
     whole, less = zb_h1(prof), zb_h1(made)
     assert whole.makespan == less.makespan and whole.activation_bytes == less.activation_bytes
-    for s in range(4):
+    assert less.working_bytes[0] == whole.working_bytes[0]      # stage 0 runs whole backwards (joined)
+    for s in range(1, 4):
         held = whole.costs.weight_grad_held_bytes(s)
         assert less.working_bytes[s] == pytest.approx(whole.working_bytes[s] - 0.5 * held)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# the committed Llama-2-13B profiles whose I's outputs beside the residuals were measured on a GPU
+MEASURED = [f for f in sorted(ROOT.glob("results/**/profile_llama2-13b.json"))
+            if all(u.weight_grad_beside_bytes is not None for _, u in load_profile(f).units)]
+
+
+def test_a_committed_llama2_13b_profile_measures_what_i_allocates_beside():
+    assert MEASURED
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=lambda f: str(f.relative_to(ROOT)))
+@pytest.mark.parametrize("p", [4, 8])
+def test_zb_h1_holds_at_most_1f1b_on_the_llama2_13b_profile(path, p):
+    """Nothing recomputed, m = 2p, even partitions: ZB-H1's largest device peak is at most
+    1F1B's, as the paper states; stage 0 holds what 1F1B's does (its backward joined,
+    schedules.generators.join), and ZB-H1 is the faster schedule."""
+    prof = load_profile(path)
+    setting = Setting(prof, 2 * p, math.inf)
+    peak = {}
+    for name in ("1f1b", "zb-h1"):
+        part = chunk_partition(prof, p, 1)
+        order = order_of(setting, BY_NAME[name].generator, p, part, 1)
+        peak[name] = evaluate(setting, _placed(order.name, order.base, order.rows, (0,) * p, 0.0), part,
+                              (frozenset(),) * p)
+    assert max(peak["zb-h1"].peaks) <= max(peak["1f1b"].peaks)
+    assert peak["zb-h1"].peaks[0] == pytest.approx(peak["1f1b"].peaks[0])
+    assert peak["zb-h1"].makespan < peak["1f1b"].makespan
