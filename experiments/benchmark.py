@@ -175,6 +175,8 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     at_once = ["--head-weight-grad", "at-once"]
     runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"],
             "zb_h1_head_at_once": base + ["--schedule", "zb-h1"] + at_once,
+            # and stage 0's backward whole (its W follows its I at once; nothing waits on its input gradient)
+            "zb_h1_joined": base + ["--schedule", "zb-h1", "--first-weight-grad", "at-once"] + at_once,
             "zb_v": base + ["--schedule", "zb-v"], "zb_v_head_at_once": base + ["--schedule", "zb-v"] + at_once}
     if only is None or "zb_v_balanced" in only:
         part = zb_v_balanced_counts(model[1], None if cpu_smoke else layers, seq_len, microbatches, 4,
@@ -309,7 +311,7 @@ def zero_bubble_rows(runs: dict) -> dict:
         return {}
     base_peak, _ = largest_peak(base)
     out = {}
-    for label in ("zb_h1", "zb_h1_head_at_once", "zb_v", "zb_v_head_at_once", "zb_v_balanced"):
+    for label in ("zb_h1", "zb_h1_head_at_once", "zb_h1_joined", "zb_v", "zb_v_head_at_once", "zb_v_balanced"):
         row = runs.get(label)
         if not row or not row.get("stages"):
             continue

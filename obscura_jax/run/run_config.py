@@ -16,6 +16,7 @@ from models.registry import LAYER
 from obscura_jax.errors import UsageError
 from obscura_jax.runtime.weight_grad import HEAD_WEIGHT_GRAD, WEIGHT_GRAD_MODES, WeightGrad
 from schedules.generators import check_pipeline_size
+from schedules.generators.join import join_first_stage_backward
 from schedules.sizes import parse_int, split_items
 
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
@@ -114,6 +115,7 @@ class RunConfig:
     partition: object = None           # units per model stage, in stage order ("5,4,..." or a tuple); None: even
     weight_grad: str | None = None     # a split backward's W: hold its inputs or rederive them (None: a plan's, else hold)
     head_weight_grad: str = "auto"     # the head's W: auto | defer | at-once (obscura_jax.runtime.weight_grad)
+    first_weight_grad: str = "split"   # stage 0's W: split | at-once (its backward whole: schedules.generators.join)
 
     def __post_init__(self) -> None:
         """Long: every field checked in turn, each with its own one-line error."""
@@ -174,6 +176,8 @@ class RunConfig:
         if self.head_weight_grad not in HEAD_WEIGHT_GRAD:
             raise UsageError(f"--head-weight-grad must be one of {', '.join(HEAD_WEIGHT_GRAD)}, "
                              f"got {self.head_weight_grad!r}")
+        if self.first_weight_grad not in ("split", "at-once"):
+            raise UsageError(f"--first-weight-grad must be split or at-once, got {self.first_weight_grad!r}")
         check_pipeline_size(self.stages, self.microbatches)
         if self.partition is not None:
             object.__setattr__(self, "partition", parse_partition(self.partition))
@@ -273,6 +277,8 @@ class RunConfig:
             except schedules.ScheduleError as e:
                 raise UsageError(str(e)) from None
             partition = None
+        if self.first_weight_grad == "at-once":
+            schedule = join_first_stage_backward(schedule)
         validate(schedule)
         if self.partition is not None:
             partition = self._given_partition(schedule, cfg)

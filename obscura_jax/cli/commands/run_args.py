@@ -129,6 +129,10 @@ def add_weight_grad_args(g) -> None:
     g.add_argument("--head-weight-grad", default="auto", choices=("auto", "defer", "at-once"),
                    help="the head's W: at-once = computed inside I, holding nothing; defer = a W like the others; "
                         "auto = at once when it holds more bytes per FLOP than a layer's W (default auto)")
+    g.add_argument("--first-weight-grad", default="split", choices=("split", "at-once"),
+                   help="stage 0's W: at-once = its backward runs whole where its W follows its I (nothing waits "
+                        "for the first stage's input gradient; obscura plan's orders do so); split = the "
+                        "generator's order as written (default split)")
 
 
 def add_layout_args(g) -> None:
@@ -270,7 +274,7 @@ def run_config(args, **overrides) -> RunConfig:
         data_across_processes=getattr(args, "data_across_processes", False),
         device_memory=getattr(args, "device_memory", None), force_memory=getattr(args, "force", False),
         weight_grad=getattr(args, "weight_grad", None), head_weight_grad=getattr(args, "head_weight_grad", "auto"),
-        partition=getattr(args, "partition", None))
+        first_weight_grad=getattr(args, "first_weight_grad", "split"), partition=getattr(args, "partition", None))
     kw.update(overrides)
     return RunConfig(**kw)
 

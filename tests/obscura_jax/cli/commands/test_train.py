@@ -280,6 +280,29 @@ def test_a_given_partition_runs_a_v_schedule_with_the_plain_math(tmp_path, capsy
     assert err == "obscura: error: --partition: a plan fixes the partition (drop one of them)"
 
 
+def test_zb_h1_with_stage_0s_backward_whole_trains_like_the_plain_model(tmp_path):
+    """--first-weight-grad at-once: stage 0 runs whole backwards, the other stages keep
+    their split (schedules.generators.join), with the plain model's math; a plan file
+    recording that order (as `obscura plan` writes it) runs the same schedule."""
+    from planner.plan import load_plan, plan_to_schedule
+    from schedules import generate
+    from schedules.generators.join import join_first_stage_backward
+
+    out = tmp_path / "run.json"
+    assert train("--schedule", "zb-h1", "--first-weight-grad", "at-once", "--steps", "2", "--check",
+                 "--json", str(out)) == 0
+    res = json.loads(out.read_text())
+    assert res["check"]["equal"]
+    held = [st["weight_grad_held_bytes_per_microbatch"] for st in res["stages"]]
+    assert held[0] is None and all(h for h in held[1:])       # stage 0 holds no W block
+    order = join_first_stage_backward(generate("zb-h1", 4, 4))
+    assert {a.kind.value for a in order.rows[0]} == {"F", "B"} and "W" in {a.kind.value for a in order.rows[1]}
+    plan = write_plan(tmp_path / "plan.json", "zb-h1",
+                      [{"units": [a, b], "actions": [str(x) for x in order.rows[s]]}
+                       for s, (a, b) in enumerate(((0, 4), (4, 6), (6, 8), (8, 10)))])
+    assert plan_to_schedule(load_plan(plan)).rows == order.rows
+
+
 def test_plan_runs_its_partition_policies_and_order(tmp_path):
     """A plan (obscura-plan/1) with an uneven partition, a per-op recompute set and
     swapping on stage 0 trains with the plan's settings and the plain math."""
