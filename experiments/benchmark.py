@@ -181,7 +181,9 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     if only is None or "zb_v_balanced" in only:
         part = zb_v_balanced_counts(model[1], None if cpu_smoke else layers, seq_len, microbatches, 4,
                                     None if cpu_smoke else "bfloat16")
-        runs["zb_v_balanced"] = base + ["--schedule", "zb-v", "--partition", part] + at_once
+        # the planner's order on its partition: stage 0's backward joined, as it balanced it
+        runs["zb_v_balanced"] = base + ["--schedule", "zb-v", "--partition", part,
+                                        "--first-weight-grad", "at-once"] + at_once
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]

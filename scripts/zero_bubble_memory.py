@@ -1,6 +1,8 @@
 """Each zero-bubble family's largest device peak against 1F1B's, nothing recomputed,
 simulated on a profile: ZB-H1 and ZB-V on the even partition, and ZB-V on the
-partition balanced for memory down to 1F1B's peak (planner.families.balanced_partition).
+partition balanced for memory down to 1F1B's peak (planner.families.balanced_partition);
+each order as the planner searches it, stage 0's backward joined where its W follows
+its I (schedules.generators.join).
 The zero-bubble papers state ZB-H1 and ZB-V hold 1F1B's peak; the table shows where
 a real model's embedding, head and W blocks put them. Prints markdown for
 BENCHMARKS.md ("Zero-bubble memory, simulated").

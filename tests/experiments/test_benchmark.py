@@ -101,7 +101,11 @@ def test_the_balanced_zb_v_runs_on_the_planners_partition():
     from experiments.benchmark import gpu_configs
     argv = gpu_configs(16, 64, 8, 2, ["device_put"], cpu_smoke=True, only=["zb_v_balanced"])["zb_v_balanced"]
     counts = [int(n) for n in argv[argv.index("--partition") + 1].split(",")]
-    assert argv[argv.index("--schedule") + 1] == "zb-v" and "at-once" in argv
+    assert argv[argv.index("--schedule") + 1] == "zb-v" and argv[argv.index("--head-weight-grad") + 1] == "at-once"
+    assert argv[argv.index("--first-weight-grad") + 1] == "at-once"      # the order the planner balanced
+    joined = gpu_configs(16, 64, 8, 2, ["device_put"], cpu_smoke=True, only=["zb_h1_joined"])["zb_h1_joined"]
+    assert joined[joined.index("--schedule") + 1] == "zb-h1"
+    assert joined[joined.index("--first-weight-grad") + 1] == "at-once"
     assert len(counts) == 8 and sum(counts) == 10 and min(counts) >= 1
     assert counts != [2, 1, 1, 1, 1, 1, 1, 2] and counts[-1] > counts[0]
 
