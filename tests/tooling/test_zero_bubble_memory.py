@@ -5,12 +5,13 @@ import re
 import zero_bubble_memory as Z
 
 
-def test_the_table_puts_balanced_zb_v_at_or_under_1f1b(capsys):
-    assert Z.main(["--stages", "4"]) == 0
+def test_the_table_puts_zb_h1_and_balanced_zb_v_at_or_under_1f1b(capsys):
+    """On the profile that measures what I allocates beside the residuals (the H100's)."""
+    assert Z.main(["--stages", "4", "--profile", "results/h100/profile_v7/profile_llama2-13b.json"]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 4 |")]
     assert len(row) == 1
     one_f, zb_h1, zb_v, balanced, time_ratio = (float(v) for v in re.findall(r"\d+\.\d+", row[0]))
-    assert zb_v > one_f and balanced <= one_f and zb_h1 > one_f and 0 < time_ratio < 1
+    assert zb_v > one_f and balanced <= one_f and zb_h1 <= one_f and 0 < time_ratio < 1
 
 
 def test_bad_input_is_one_line(capsys):
