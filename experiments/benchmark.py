@@ -169,21 +169,19 @@ def gpu_configs(layers: int, seq_len: int, microbatches: int, steps: int, mechan
     base = [*model, "--stages", "4", "--microbatches", str(microbatches), "--micro-batch-size", "1",
             "--seq-len", str(seq_len), "--steps", str(steps), "--warmup-steps", "2", "--no-progress"]
     swap = ["--schedule", "obscura", "--adjusted", "1", "--swap-blocks", "2", "--swap-fraction", "0.5"]
-    # the head's W at once: its deferred W's pile up on the stage that holds the head
-    # (p - 1 of them under ZB-H1), which then holds the largest peak; at once it costs one
-    # head W per micro-batch on that stage's I
+    # the head's W at once: its deferred W's pile up on the stage that holds the head (p - 1 under
+    # ZB-H1), which then holds the largest peak; at once it costs a head W per I there. Joined:
+    # stage 0's backward whole where its W follows its I (schedules.generators.join)
     at_once = ["--head-weight-grad", "at-once"]
     runs = {"1f1b": base + ["--schedule", "1f1b"], "zb_h1": base + ["--schedule", "zb-h1"],
             "zb_h1_head_at_once": base + ["--schedule", "zb-h1"] + at_once,
-            # and stage 0's backward whole (its W follows its I at once; nothing waits on its input gradient)
             "zb_h1_joined": base + ["--schedule", "zb-h1", "--first-weight-grad", "at-once"] + at_once,
             "zb_v": base + ["--schedule", "zb-v"], "zb_v_head_at_once": base + ["--schedule", "zb-v"] + at_once}
     if only is None or "zb_v_balanced" in only:
         part = zb_v_balanced_counts(model[1], None if cpu_smoke else layers, seq_len, microbatches, 4,
                                     None if cpu_smoke else "bfloat16")
-        # the planner's order on its partition: stage 0's backward joined, as it balanced it
-        runs["zb_v_balanced"] = base + ["--schedule", "zb-v", "--partition", part,
-                                        "--first-weight-grad", "at-once"] + at_once
+        # the order the planner balanced: stage 0's backward joined (schedules.generators.join)
+        runs["zb_v_balanced"] = base + ["--schedule", "zb-v", "--partition", part, "--first-weight-grad", "at-once"] + at_once
     for mech in mechanisms:
         runs[f"obscura_swap_{mech}"] = base + swap + ["--swap-mechanism", mech]
     runs["obscura_noswap"] = base + swap + ["--no-swap"]
