@@ -274,3 +274,19 @@ def test_a_torch_csv_with_reduce_grad_cells_prints_one_note(capsys):
     rc, out, err = _run(capsys, "--from-torch-csv", golden)
     assert rc == 0 and "note:" not in out
     assert err.count("\n") == 1 and err.startswith("note: torch CSV: skipped 4 REDUCE_GRAD cells"), err
+
+
+def test_first_weight_grad_at_once_joins_stage_0s_backward(tmp_path, capsys):
+    """--first-weight-grad at-once: ZB-H1's stage 0 runs whole backwards, at the same
+    makespan at unit costs; a torch CSV of the split order is joined the same way."""
+    joined, csv = tmp_path / "joined.json", tmp_path / "zb_h1.csv"
+    common = ["--stages", "4", "--microbatches", "8", "--schedule", "zb-h1"]
+    rc, split_out, _ = _run(capsys, *common, "--torch-csv", str(csv))
+    assert rc == 0
+    rc, out, _ = _run(capsys, *common, "--first-weight-grad", "at-once", "--schedule-json", str(joined))
+    assert rc == 0 and out.splitlines()[0] == split_out.splitlines()[0]          # the same makespan line
+    stage0 = io.load_schedule(joined).stages[0].actions
+    assert {a.kind.value for a in stage0} == {"F", "B"}
+    rc, from_csv, _ = _run(capsys, "--from-torch-csv", str(csv), "--first-weight-grad", "at-once",
+                           "--schedule-json", str(tmp_path / "again.json"))
+    assert rc == 0 and io.load_schedule(tmp_path / "again.json").rows == io.load_schedule(joined).rows
