@@ -16,7 +16,7 @@ from models.registry import LAYER
 from obscura_jax.errors import UsageError
 from obscura_jax.runtime.weight_grad import HEAD_WEIGHT_GRAD, WEIGHT_GRAD_MODES, WeightGrad
 from schedules.generators import check_pipeline_size
-from schedules.generators.join import join_first_stage_backward
+from schedules.generators.join import FIRST_WEIGHT_GRAD, first_weight_grad
 from schedules.sizes import parse_int, split_items
 
 MAX_SEED = 2 ** 63 - 1      # JAX's key takes a 64-bit signed seed; numpy's generators a non-negative one
@@ -176,8 +176,9 @@ class RunConfig:
         if self.head_weight_grad not in HEAD_WEIGHT_GRAD:
             raise UsageError(f"--head-weight-grad must be one of {', '.join(HEAD_WEIGHT_GRAD)}, "
                              f"got {self.head_weight_grad!r}")
-        if self.first_weight_grad not in ("split", "at-once"):
-            raise UsageError(f"--first-weight-grad must be split or at-once, got {self.first_weight_grad!r}")
+        if self.first_weight_grad not in FIRST_WEIGHT_GRAD:
+            raise UsageError(f"--first-weight-grad must be one of {', '.join(FIRST_WEIGHT_GRAD)}, "
+                             f"got {self.first_weight_grad!r}")
         check_pipeline_size(self.stages, self.microbatches)
         if self.partition is not None:
             object.__setattr__(self, "partition", parse_partition(self.partition))
@@ -277,8 +278,7 @@ class RunConfig:
             except schedules.ScheduleError as e:
                 raise UsageError(str(e)) from None
             partition = None
-        if self.first_weight_grad == "at-once":
-            schedule = join_first_stage_backward(schedule)
+        schedule = first_weight_grad(schedule, self.first_weight_grad)
         validate(schedule)
         if self.partition is not None:
             partition = self._given_partition(schedule, cfg)

@@ -25,6 +25,8 @@ from typing import Sequence
 from schedules.ir import BACKWARD_INPUT_KINDS, Action, Kind, Schedule
 from schedules.validator import validate
 
+FIRST_WEIGHT_GRAD = ("split", "at-once")   # --first-weight-grad: the generator's order, or stage 0 joined
+
 
 def joined_row(row: Sequence[Action], keep: frozenset = frozenset()) -> tuple[Action, ...]:
     """`row` with every stage-0 I(x) (or B(x) with a W) followed at once by its W(x)
@@ -60,3 +62,10 @@ def join_first_stage_backward(schedule: Schedule) -> Schedule:
         joined = replace(schedule, stages=(replace(schedule.stages[0], actions=new), *schedule.stages[1:]))
     validate(joined)
     return joined
+
+
+def first_weight_grad(schedule: Schedule, mode: str) -> Schedule:
+    """`--first-weight-grad MODE` applied: the schedule as written ("split") or joined ("at-once")."""
+    if mode not in FIRST_WEIGHT_GRAD:
+        raise ValueError(f"first weight grad must be one of {', '.join(FIRST_WEIGHT_GRAD)}, got {mode!r}")
+    return join_first_stage_backward(schedule) if mode == "at-once" else schedule

@@ -19,6 +19,7 @@ from planner.plans.plan_meta import layout_from_json, source_from_json
 from schedules.generators import CHUNKED
 from schedules.formats.jsonio import read_json
 from schedules.sizes import split_items
+from schedules.generators.join import FIRST_WEIGHT_GRAD
 
 
 # Defaults of the flags a preset (compare --demo) may set; a flag left at None
@@ -129,7 +130,7 @@ def add_weight_grad_args(g) -> None:
     g.add_argument("--head-weight-grad", default="auto", choices=("auto", "defer", "at-once"),
                    help="the head's W: at-once = computed inside I, holding nothing; defer = a W like the others; "
                         "auto = at once when it holds more bytes per FLOP than a layer's W (default auto)")
-    g.add_argument("--first-weight-grad", default="split", choices=("split", "at-once"),
+    g.add_argument("--first-weight-grad", default="split", choices=FIRST_WEIGHT_GRAD,
                    help="stage 0's W: at-once = its backward runs whole where its W follows its I (nothing waits "
                         "for the first stage's input gradient; obscura plan's orders do so); split = the "
                         "generator's order as written (default split)")

@@ -28,7 +28,7 @@ from schedules import StageCosts, generate, io, simulate
 from schedules.calibration import load_calibration
 from schedules.ir import check_recompute_names
 from schedules.generators import CHUNKED, SCHEDULES, check_pipeline_size, model_stages
-from schedules.generators.join import join_first_stage_backward
+from schedules.generators.join import FIRST_WEIGHT_GRAD, first_weight_grad
 from schedules.formats.jsonio import read_json, write_json_atomic
 from schedules.simulator import iteration_time, on_one_device
 from schedules.sizes import parse_int, parse_real, split_items
@@ -69,7 +69,7 @@ def add_parser(sub):
     g.add_argument("--warmup", metavar="LIST", help="per-stage warm-up forwards (1f1b/recomp/zb-h1-capped) or caps "
                                                    "(obscura; per device for obscura-interleaved/-zb-h1) "
                                                    "(default: the generator's)")
-    g.add_argument("--first-weight-grad", default="split", choices=("split", "at-once"),
+    g.add_argument("--first-weight-grad", default="split", choices=FIRST_WEIGHT_GRAD,
                    help="at-once: stage 0's backward whole where its W follows its I, as obscura plan and "
                         "train --first-weight-grad run it (schedules.generators.join) (default split)")
     c = p.add_argument_group("costs (uniform over stages unless --costs)")
@@ -205,8 +205,7 @@ def _load(args):
             print(f"note: {note}", file=sys.stderr)
         if args.adjusted:      # a torch CSV has no recompute settings: these stages recompute --recompute
             schedule = _recomputing(schedule, args)
-        if args.first_weight_grad == "at-once":
-            schedule = join_first_stage_backward(schedule)
+        schedule = first_weight_grad(schedule, args.first_weight_grad)
         return schedule, _costs(args, schedule.num_stages)
     missing = [f for f in ("schedule", "stages", "microbatches") if getattr(args, f) is None]
     if missing:
@@ -235,8 +234,7 @@ def _load(args):
     schedule = generate(args.schedule, p, m, adjusted=_adjusted(args.adjusted), recompute=recompute,
                         swap_blocks=_int_list(args.swap_blocks, "swap-blocks"),
                         swap_fraction=_number(args.swap_fraction, "swap-fraction"), **extra)
-    if args.first_weight_grad == "at-once":
-        schedule = join_first_stage_backward(schedule)
+    schedule = first_weight_grad(schedule, args.first_weight_grad)
     return schedule, costs
 
 
