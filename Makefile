@@ -60,10 +60,10 @@ test-gpu: $(NEEDS)
 	$(PY) -m pytest -q -m gpu -k "$(GPU_TIMED)"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-gpu: no timed gpu test collected"; else exit $$rc; fi
 
-# The suite beside 6 CPU-burning processes it starts and stops (scripts/busy_load.py):
+# The suite beside 6 CPU-burning processes it starts and stops (scripts/bench/busy_load.py):
 # no verdict may depend on the machine's speed.
 test-busy: bytecode
-	$(PY) scripts/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q $(XDIST)
+	$(PY) scripts/bench/busy_load.py --procs 6 --timeout 5400 -- $(PY) -m pytest -q $(XDIST)
 
 # (.obscura.lock-demo_out: what a demo of an earlier version left beside demo_out)
 clean:

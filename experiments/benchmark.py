@@ -1,4 +1,4 @@
-"""Engine benchmarks (scripts/bench_engine.py is the entry point).
+"""Engine benchmarks (scripts/bench/bench_engine.py is the entry point).
 
 CPU mode (emulated devices; in one process, or `processes` local processes sharing
 the devices): engine efficiency = measured iteration time / the simulator's

@@ -1,6 +1,6 @@
-"""The numbers behind the paper-figure scripts (scripts/fig05_*.py .. fig16_*.py):
+"""The numbers behind the paper-figure scripts (scripts/figures/fig05_*.py .. fig16_*.py):
 the profile a figure is simulated from, and the planning runs that become its rows.
-Drawing, CSV files and command-line flags are the scripts' (scripts/figlib.py); the
+Drawing, CSV files and command-line flags are the scripts' (scripts/figures/figlib.py); the
 paper's own numbers are experiments.paper's.
 
 Every figure is SIMULATED: the planner (planner.plan.plan_search) judges each
@@ -304,7 +304,7 @@ def order_kind(ev) -> str:
 
 def zoo_rows(source: Source, size: str, global_batch: int, memory_limit, num_stages: int,
              reserve=0) -> list[dict]:
-    """scripts/fig_zoo.py: from one plan search with the families on, DAPPLE+,
+    """scripts/figures/fig_zoo.py: from one plan search with the families on, DAPPLE+,
     Obscura's own search on 1F1B, every family at its best (family_rows) and the
     planner's pick; a system that does not fit has no iteration time."""
     prof = source.sized(size)

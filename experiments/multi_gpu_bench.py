@@ -1,4 +1,4 @@
-"""Measured pipelines on N GPUs (scripts/bench_multi_gpu.py is the entry point; the
+"""Measured pipelines on N GPUs (scripts/bench/bench_multi_gpu.py is the entry point; the
 analysis of the runs is experiments/multi_gpu_report.py).
 
 Bench shape: llama2-7b shapes, 4 layers per stage (~1B params a stage; p = N stages,

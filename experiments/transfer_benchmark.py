@@ -1,5 +1,5 @@
 """What one stage-to-stage transfer costs, in one process and across two
-(scripts/bench_transfer.py is the entry point), measured with the runtime's own
+(scripts/bench/bench_transfer.py is the entry point), measured with the runtime's own
 transports (Transport.time_boundary):
 
     in-process      jax.device_put between two devices of one process, one way

@@ -4,9 +4,9 @@ Recomp-All (DAPPLE+) under f=1, b=2 and recompute r, with the invariants
     obscura makespan <= strawman makespan <= recomp makespan (same K),
     obscura peak in-flight <= strawman peak in-flight on every stage.
 
-    python scripts/schedule_grid.py              # print the markdown table, exit 1 if an invariant fails
-    python scripts/schedule_grid.py --random 300 # also: paper's closed-form caps vs the cap search
-    python scripts/schedule_grid.py --timing     # also: generate/simulate times at p=8, m=64
+    python scripts/tables/schedule_grid.py              # print the markdown table, exit 1 if an invariant fails
+    python scripts/tables/schedule_grid.py --random 300 # also: paper's closed-form caps vs the cap search
+    python scripts/tables/schedule_grid.py --timing     # also: generate/simulate times at p=8, m=64
 
 Pure Python; the figures are simulated time units, not measurements.
 """

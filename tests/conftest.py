@@ -103,7 +103,7 @@ GPU_TESTS = Path(__file__).resolve().parent / "gpu"    # the GPU tier: every tes
 # How `make test` spreads the suite over its 3 workers (`-n 3 --dist loadfile
 # --no-loadscope-reorder`): a unit of work is one test module (its module fixtures,
 # compiled programs and JAX flags stay in one process), and the modules are handed out
-# heaviest first, by WEIGHTS (wall seconds of one worker, from scripts/suite_cpu.py's
+# heaviest first, by WEIGHTS (wall seconds of one worker, from scripts/bench/suite_cpu.py's
 # run of the whole suite on a 2-core CPU machine, 2026-12-04; BENCHMARKS.md "Test suite time"): a
 # heavy module dealt last is the run's tail. Without --no-loadscope-reorder xdist deals
 # the modules by their number of tests instead (the one-test examples and the command

@@ -8,7 +8,7 @@ time says what a test costs the 2 cores whatever ran beside it.
 
 Each process (every xdist worker) appends one JSON line per test to the file:
 {"test", "module", "self_s", "children_s", "wall_s", "worker"}.
-scripts/suite_cpu.py runs the suite this way and prints the table."""
+scripts/bench/suite_cpu.py runs the suite this way and prints the table."""
 from __future__ import annotations
 
 import json

@@ -29,9 +29,10 @@ def test_no_file_over_400_lines():
 
 
 def folders_over(root: Path = ROOT, most: int = MAX_FOLDER_MODULES) -> dict[str, int]:
-    """Package folders holding more than `most` modules (__init__.py not counted)."""
+    """Folders of the packages and of scripts/ holding more than `most` modules
+    (__init__.py not counted)."""
     counts = {}
-    for pkg in PACKAGES[:-1]:          # scripts/ is a folder of commands, not a package
+    for pkg in PACKAGES:
         for folder in [root / pkg, *(p for p in (root / pkg).rglob("*") if p.is_dir())]:
             n = sum(1 for f in folder.glob("*.py") if f.name != "__init__.py")
             if n > most:
@@ -49,7 +50,12 @@ def test_the_folder_check_counts_modules(tmp_path):
         (tmp_path / "planner" / f"m{i}.py").write_text("")
     (tmp_path / "planner" / "__init__.py").write_text("")
     (tmp_path / "planner" / "wing" / "x.py").write_text("")
-    assert folders_over(tmp_path, most=2) == {"planner": 3}
+    (tmp_path / "scripts" / "bench").mkdir(parents=True)
+    for i in range(3):
+        (tmp_path / "scripts" / f"s{i}.py").write_text("")
+        (tmp_path / "scripts" / "bench" / f"b{i}.py").write_text("")
+    (tmp_path / "scripts" / "bench" / "run.sh").write_text("")     # not a module
+    assert folders_over(tmp_path, most=2) == {"planner": 3, "scripts": 3, "scripts/bench": 3}
 
 
 def test_long_functions_give_a_reason():

@@ -1,5 +1,5 @@
 """Measured per-layer costs (format "obscura-sweep-layers/1", written by
-scripts/sweep_layer_bench.py on the GPU) and how the sweep uses them.
+scripts/layouts/sweep_layer_bench.py on the GPU) and how the sweep uses them.
 
 One entry = one transformer layer (attention unit + MLP unit, built with
 models.build_stage) of a layer shape at (seq_len, micro_batch, attention, policy):
@@ -43,7 +43,7 @@ from planner.layouts.unit_costs import UnitModel
 from schedules.formats.jsonio import read_json
 
 FORMAT = "obscura-sweep-layers/1"
-# Revision of scripts/sweep_layer_bench.py's method. Files without it (revision 1)
+# Revision of scripts/layouts/sweep_layer_bench.py's method. Files without it (revision 1)
 # timed a forward+backward program that did not return the layer output, so XLA
 # dropped the forward work only the output needed: recompute looked free (`full`
 # +4%, `mlp` faster than `none`). Such files are ignored.

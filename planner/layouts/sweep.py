@@ -204,7 +204,7 @@ def run_sweep(cfg: ModelConfig, seq_len: int, grid: LayoutGrid, hw: Hardware | N
     if measured is not None and measured.stale:
         notes.append(f"ignored {measured.path}: written by a layer bench before revision "
                      f"{BENCH_REVISION} (its timings let XLA drop forward work, so recompute looked "
-                     f"free); re-run scripts/sweep_layer_bench.py. Costs below are analytic")
+                     f"free); re-run scripts/layouts/sweep_layer_bench.py. Costs below are analytic")
         measured = None
     costs = _Costs(cfg, seq_len, hw, measured, layouts)
     results = []

@@ -16,7 +16,7 @@ order with the strawman's caps. Why a search and not the paper's closed rule
 (c_s = c_k + (k-s)): with uniform costs that rule keeps the makespan, but on
 heterogeneous stage costs (f_s in [0.5,1.5], b_s ~ 2f_s, r_s in [0.2,1]f_s,
 p2p 0-0.3) it lengthened it against the strawman in 49 of 300 random cases,
-the search in none (`python scripts/schedule_grid.py --random 300`).
+the search in none (`python scripts/tables/schedule_grid.py --random 300`).
 If relaxation itself cannot match the strawman under the costs, the strawman's
 order is kept (relaxation is then skipped, never harmful).
 

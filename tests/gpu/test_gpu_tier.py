@@ -109,9 +109,9 @@ def test_profiler_fields_are_sane_on_the_gpu(tmp_path):
 
 
 def test_engine_measured_over_simulated_on_the_gpu(tmp_path):
-    """scripts/bench_engine.py's GPU mode on 4 layers of llama2-7b shapes (one GPU,
+    """scripts/bench/bench_engine.py's GPU mode on 4 layers of llama2-7b shapes (one GPU,
     4 stages sharing it): measured / one-GPU serial simulation <= 1.05."""
-    proc = subprocess.run([sys.executable, "scripts/bench_engine.py", "--gpu", "--layers", "4", "--steps", "4",
+    proc = subprocess.run([sys.executable, "scripts/bench/bench_engine.py", "--gpu", "--layers", "4", "--steps", "4",
                            "--runs", "1f1b,zb_h1", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=420, env=_env(share_gpu=False))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -4,12 +4,12 @@ schedule (its rows, stage settings, validated), its makespan and the simulated
 Timeline (every statistic, every op's times) under the case's costs, each kept as
 a SHA-256 of its canonical text. The cap search behind these generators may get
 faster, never different: tests/schedules/generators/test_obscura_goldens.py holds
-today's code to the file this module writes (scripts/make_obscura_goldens.py).
+today's code to the file this module writes (scripts/goldens/make_obscura_goldens.py).
 
 Costs per case: the generator's default (uniform f=1, b=2, r=1), uniform with the
 realism terms, random heterogeneous stages (the cap search's motivating kind),
 random with transfer sizes and overheads, small integers (many ties), and some
-zero durations. LARGE cases are the benchmark's sizes (scripts/bench_schedule_speed.py).
+zero durations. LARGE cases are the benchmark's sizes (scripts/bench/bench_schedule_speed.py).
 """
 from __future__ import annotations
 

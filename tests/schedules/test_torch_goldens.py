@@ -1,5 +1,5 @@
 """Orders written by torch's own schedule generators (goldens/torch, made by
-scripts/make_torch_goldens.py; torch is not imported here): every file imports,
+scripts/goldens/make_torch_goldens.py; torch is not imported here): every file imports,
 validates and re-simulates, and where we claim torch's order ours equals it action
 for action."""
 import ast

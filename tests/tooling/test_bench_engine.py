@@ -1,4 +1,4 @@
-"""scripts/bench_engine.py's arguments reach the benchmark: GPU mode at the real shape
+"""scripts/bench/bench_engine.py's arguments reach the benchmark: GPU mode at the real shape
 (seq 4096) by default, and --cpu-smoke at a length llama2-tiny takes (its sequences
 stop at 256 tokens: at 4096 every smoke run was refused)."""
 import bench_engine as E

@@ -1,4 +1,4 @@
-"""scripts/bench_multi_gpu.py end to end on CPU (--cpu-smoke): plan, one Obscura plan
+"""scripts/bench/bench_multi_gpu.py end to end on CPU (--cpu-smoke): plan, one Obscura plan
 run on 2 local processes x 2 emulated devices, report; and bad input as one line."""
 import json
 

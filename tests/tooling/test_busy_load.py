@@ -1,4 +1,4 @@
-"""scripts/busy_load.py (make test-busy): the burners run while the command does and
+"""scripts/bench/busy_load.py (make test-busy): the burners run while the command does and
 are gone after it, whatever ended it: its own exit (status passed on), the timeout
 (124, the command killed), or busy_load itself SIGKILLed (each burner stops once its
 parent is gone). Every process here is bounded by a timeout."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "busy_load.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "busy_load.py"
 # the command: writes the burners' pids, those alive, and its own pid to argv[1], then exits argv[2]
 # or, with argv[2] == "sleep", sleeps (the caller ends it)
 REPORT = """

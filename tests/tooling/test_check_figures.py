@@ -1,6 +1,6 @@
-"""scripts/check_figures.py: committed figure CSVs regenerate from their scripts
-(a fast subset here; `python scripts/check_figures.py` checks every CSV in full),
-and scripts/reproduction_tables.py: docs/reproduction.md's tables are the CSVs'."""
+"""scripts/figures/check_figures.py: committed figure CSVs regenerate from their scripts
+(a fast subset here; `python scripts/figures/check_figures.py` checks every CSV in full),
+and scripts/docs/reproduction_tables.py: docs/reproduction.md's tables are the CSVs'."""
 import check_figures
 import reproduction_tables
 

@@ -1,4 +1,4 @@
-"""scripts/cli_doc.py: docs/cli.md's option tables are what `--help` says."""
+"""scripts/docs/cli_doc.py: docs/cli.md's option tables are what `--help` says."""
 import cli_doc
 
 

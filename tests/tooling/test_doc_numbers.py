@@ -1,4 +1,4 @@
-"""scripts/doc_numbers.py: every figure the docs quote is what its source (a
+"""scripts/docs/doc_numbers.py: every figure the docs quote is what its source (a
 committed results file, or the command a JSON example names) gives today, every
 number in prose that looks like a result is one of them or listed as not a result,
 and a figure edited by hand fails the check."""
@@ -50,7 +50,7 @@ def test_a_figure_edited_by_hand_fails_the_check(tmp_path):
     _edit(repro, f"<!-- value: {name} -->{right}<!-- end value -->", f"<!-- value: {name} -->{wrong}<!-- end value -->")
     assert doc_numbers.stale(root) == [f"docs/reproduction.md: value {name} reads {wrong!r}, its source gives {right!r}"]
     _edit(repro, "| Recomp-0 | +15.2% |", "| Recomp-0 | +15.3% |")       # a cell of a rendered table
-    assert "docs/reproduction.md: a table differs from its CSV (python scripts/reproduction_tables.py)" in \
+    assert "docs/reproduction.md: a table differs from its CSV (python scripts/docs/reproduction_tables.py)" in \
         doc_numbers.stale(root)
     _edit(formats, '"num_stages": 8', '"num_stages": 9')              # the schedule example (simulate, no JAX)
     assert "docs/formats.md: example schedule differs from what its command writes" in \

@@ -1,4 +1,4 @@
-"""scripts/fig_zoo.py on a small setting (analytic H200 profile, Llama-2 18B, p = 4,
+"""scripts/figures/fig_zoo.py on a small setting (analytic H200 profile, Llama-2 18B, p = 4,
 GBS 8): a PNG and a CSV with DAPPLE+, Obscura's search, every schedule family at its
 best plan and the pick, which is the fastest family that fits; a family that does
 not fit says what it needs, one not evaluated why."""

@@ -1,4 +1,4 @@
-"""scripts/figlib.py: what the figure scripts print, write and parse."""
+"""scripts/figures/figlib.py: what the figure scripts print, write and parse."""
 from __future__ import annotations
 
 import os

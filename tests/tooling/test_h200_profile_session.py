@@ -1,4 +1,4 @@
-"""scripts/h200_profile_session.py in its CPU smoke mode (tiny models): the GPU
+"""scripts/device/h200_profile_session.py in its CPU smoke mode (tiny models): the GPU
 session's outputs, written without OR-Tools (the GPU machine has none)."""
 import json
 import sys

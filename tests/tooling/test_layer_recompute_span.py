@@ -1,11 +1,11 @@
-"""scripts/layer_recompute_span.py: bad spans are one line and exit 2 (the GPU run itself:
+"""scripts/device/layer_recompute_span.py: bad spans are one line and exit 2 (the GPU run itself:
 results/h200/profile_v3/diag_layer.json)."""
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "layer_recompute_span.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device" / "layer_recompute_span.py"
 
 
 def _main():

@@ -1,4 +1,4 @@
-"""scripts/layout_matrix.py on one small layout: a family that trains on a 2-stage x
+"""scripts/layouts/layout_matrix.py on one small layout: a family that trains on a 2-stage x
 2-data mesh is checked equal through the CLI, an unknown family is a row that is not
 equal, and the script then exits 1 with both rows in its JSON."""
 import json

@@ -1,4 +1,4 @@
-"""scripts/layout_sweeps.py: the committed sweeps (results/sweeps) regenerate from the
+"""scripts/layouts/layout_sweeps.py: the committed sweeps (results/sweeps) regenerate from the
 script, byte for byte (one case here: 13B at 8k with the measured layer costs)."""
 import os
 

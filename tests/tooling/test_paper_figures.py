@@ -1,4 +1,4 @@
-"""The paper-figure scripts (scripts/fig05_*.py .. fig16_*.py, draw_schedules.py):
+"""The paper-figure scripts (scripts/figures/fig05_*.py .. fig16_*.py, draw_schedules.py):
 each main runs on a small setting, writes a PNG and a CSV, and the CSV's numbers
 hold together (OOM where the peak exceeds the limit, compute + bubble = total,
 no step beyond the no-recompute ceiling, ...). The analytic H200 profile is forced
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "figures" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -163,7 +163,7 @@ def test_bad_arguments_exit_2(tmp_path, capsys, args, needle):
                            "fig09_swapping.png", "fig09_memory.png"]),
 ])
 def test_schedule_figure_scripts(tmp_path, script, expected):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "figures" / script), "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     for name in expected:

@@ -1,4 +1,4 @@
-"""scripts/suite_cpu.py and its plugin tests/cpu_report.py: each test's CPU seconds,
+"""scripts/bench/suite_cpu.py and its plugin tests/cpu_report.py: each test's CPU seconds,
 its own process's and its waited-for children's, reach the report and the printed
 tables; pytest's exit status is passed on; bad options get one line and exit 2.
 The children's CPU is made by a child that spins until its own CPU clock says so: the
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "suite_cpu.py"
+SCRIPT = ROOT / "scripts" / "bench" / "suite_cpu.py"
 TESTS = '''
 import subprocess, sys, time
 

@@ -1,4 +1,4 @@
-"""scripts/zero_bubble_memory.py: the simulated table of each zero-bubble family's
+"""scripts/tables/zero_bubble_memory.py: the simulated table of each zero-bubble family's
 largest device peak against 1F1B's, and its one-line refusals."""
 import re
 

@@ -88,7 +88,7 @@ def add_parser(sub):
     c.add_argument("--p2p-bandwidth", help="bytes/time between stages (default inf)")
     c.add_argument("--boundary-bytes", help="bytes sent between stages per micro-batch (default 0)")
     c.add_argument("--calibration", metavar="PATH",
-                   help="obscura-calibration/1 JSON (scripts/fit_calibration.py): add its launch overhead, optimizer "
+                   help="obscura-calibration/1 JSON (scripts/device/fit_calibration.py): add its launch overhead, optimizer "
                         "step and link sharing, and report the calibrated predicted iteration (default: ideal costs)")
     c.add_argument("--one-device", action="store_true",
                    help="every stage on one device, one after another (the one-GPU engine bench) (default: off)")

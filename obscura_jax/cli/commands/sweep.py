@@ -57,7 +57,7 @@ def add_parser(sub):
     p.add_argument("--memory-reserve", default="2GiB",
                    help="memory kept free for CUDA context, workspaces, allocator slack")
     p.add_argument("--measured", default=None, metavar="PATH",
-                   help="measured layer costs (scripts/sweep_layer_bench.py output), 'none' = analytic "
+                   help="measured layer costs (scripts/layouts/sweep_layer_bench.py output), 'none' = analytic "
                         "only (default: results/h200/sweep_layers.json when present)")
     p.add_argument("--device", default="H200",
                    help="GPU whose rates the analytic model uses (planner/device.py: H200, A100-80GB)")

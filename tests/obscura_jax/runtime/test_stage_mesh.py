@@ -2,7 +2,7 @@
 single-device ones, parameter bytes per device are what the tensor layout leaves, and
 the trainer runs every kind of schedule on the five layouts of the CPU acceptance matrix exactly like
 the plain model (losses, step-1 gradients, final params). The whole family x layout
-matrix through the CLI: scripts/layout_matrix.py (BENCHMARKS.md)."""
+matrix through the CLI: scripts/layouts/layout_matrix.py (BENCHMARKS.md)."""
 import dataclasses
 
 import jax
@@ -92,7 +92,8 @@ def test_mesh_programs_equal_the_plain_model(model, data, tensor, policy, split)
                 np.testing.assert_allclose(a.sum(0), b, rtol=1e-5, atol=1e-6 * np.abs(b).max(), err_msg=name)
 
 
-# The five layouts of the CPU acceptance matrix (scripts/layout_matrix.py), each with a schedule of another kind, both models.
+# The five layouts of the CPU acceptance matrix (scripts/layouts/layout_matrix.py), each with a
+# schedule of another kind, both models.
 LAYOUT_CASES = [
     ((2, 2, 2), "llama2-tiny", "zb-h1", {}),
     ((4, 2, 1), "gpt3-tiny", "obscura", {"adjusted": 1, "swap_blocks": 2, "swap_fraction": 0.5}),

@@ -168,10 +168,10 @@ def test_sweep_uses_measured_costs_and_labels_rows(shape13):
 
 @pytest.mark.slow
 def test_cpu_bench_script_feeds_the_sweep(tmp_path):
-    """scripts/sweep_layer_bench.py --tiny on CPU: every task gets an entry (cudnn is
+    """scripts/layouts/sweep_layer_bench.py --tiny on CPU: every task gets an entry (cudnn is
     recorded as skipped here), and the sweep of the tiny model uses the measurements."""
     out = tmp_path / "tiny_layers.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_layer_bench.py"), "--tiny",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "layouts" / "sweep_layer_bench.py"), "--tiny",
                            "--seq-lens", "32", "--policies", "none,full,cmb", "--out", str(out),
                            "--budget-s", "1e9"],   # every task, however slow the box (the time budget is not under test)
                           capture_output=True, text=True, timeout=900, cwd=ROOT)

@@ -2,7 +2,7 @@
 settings, makespan and every statistic of the simulated timeline, over the grid of
 tests/schedules/obscura_goldens.py (sizes, adjusted sets, uniform, heterogeneous,
 integer and zero costs, swaps, fixed caps, obscura-* on today's schedules). The
-goldens were written by scripts/make_obscura_goldens.py before the cap search was
+goldens were written by scripts/goldens/make_obscura_goldens.py before the cap search was
 made faster; a speed change must leave them as they are."""
 import pytest
 

@@ -1,0 +1,98 @@
+"""Where the test suite's CPU time goes: runs pytest with the tests.cpu_report plugin
+(each test's CPU seconds, its own process's and its waited-for children's, and wall
+seconds) and prints the heaviest tests and modules.
+
+    python scripts/bench/suite_cpu.py [--top 25] [--report cpu.jsonl] [-- PYTEST_ARGS ...]
+    python scripts/bench/suite_cpu.py --read cpu.jsonl          only print an earlier report
+
+PYTEST_ARGS default to `make test`'s: -q and the Makefile's XDIST flags.
+Prints the run's wall time and its CPU seconds (user + system of pytest and everything
+it waited for), then the --top tests and modules by CPU seconds. CPU seconds hold whatever ran
+beside the run (wall seconds do not): on 2 cores, 8 minutes of wall time need about
+900 of them at most.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_test_args() -> list[str]:
+    """`make test`'s pytest arguments: -q and the Makefile's XDIST line (one source)."""
+    match = re.search(r"^XDIST\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    if not match:
+        print("suite_cpu.py: the Makefile has no XDIST line", file=sys.stderr)
+        raise SystemExit(2)
+    return ["-q", *match.group(1).split()]
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(rows: list[dict], key: str, top: int) -> list[str]:
+    """The `top` groups of rows by `key` ("test" or "module"), heaviest CPU first."""
+    cpu, wall, n = collections.Counter(), collections.Counter(), collections.Counter()
+    for r in rows:
+        cpu[r[key]] += r["self_s"] + r["children_s"]
+        wall[r[key]] += r["wall_s"]
+        n[r[key]] += 1
+    lines = [f"{'CPU s':>8} {'wall s':>8} {'tests':>5}  {key}"]
+    lines += [f"{c:8.1f} {wall[k]:8.1f} {n[k]:5d}  {k}" for k, c in cpu.most_common(top)]
+    return lines
+
+
+def report(rows: list[dict], top: int) -> str:
+    total = sum(r["self_s"] + r["children_s"] for r in rows)
+    out = [f"{len(rows)} tests, {total:.0f} CPU-s in tests (their own and their children's)", ""]
+    out += table(rows, "test", top) + [""] + table(rows, "module", top)
+    return "\n".join(out)
+
+
+def run_suite(pytest_args: list[str], report_path: Path) -> tuple[int, float, float]:
+    """pytest's exit status, wall seconds and CPU seconds (it and its children)."""
+    report_path.unlink(missing_ok=True)
+    env = dict(os.environ, OBSCURA_CPU_REPORT=str(report_path))
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-p", "tests.cpu_report", *pytest_args], cwd=ROOT, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return rc, time.monotonic() - t0, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--top", type=int, default=25, help="rows of each table (default: 25)")
+    ap.add_argument("--report", type=Path, help="where the plugin writes its lines (default: a temporary file)")
+    ap.add_argument("--read", type=Path, help="print this earlier report and run nothing")
+    ap.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- PYTEST_ARGS (default: make test's)")
+    args = ap.parse_args(argv)
+    if args.top < 1:
+        ap.error("--top must be >= 1")
+    if args.read is not None:
+        if not args.read.is_file():
+            ap.error(f"--read: no such file: {args.read}")
+        print(report(read_rows(args.read), args.top))
+        return 0
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    path = args.report or Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "cpu.jsonl"
+    rc, wall, cpu = run_suite(pytest_args or make_test_args(), path)
+    print(f"\npytest exit {rc}: {wall:.0f} s wall, {cpu:.0f} CPU-s (user + system, with every child); "
+          f"report {path}\n")
+    print(report(read_rows(path), args.top))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
