@@ -66,10 +66,21 @@ _share_compiled_programs()
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from obscura_jax.cli import gc_policy  # noqa: E402
+from obscura_jax.cli import environment, gc_policy  # noqa: E402
 # Each pytest process traces and compiles like an `obscura` command, and the
 # collector's default thresholds cost it ~7% of its CPU (obscura_jax.cli.gc_policy).
 gc_policy.for_batch_process()
+
+
+def _probe_jax_once() -> None:
+    """Under the suite's XLA_FLAGS every `obscura` command would first start JAX in a
+    probe process of its own (obscura_jax.cli.environment); the controller checks once,
+    and the workers and every process they start inherit the record."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        environment.check_jax_environment("plan")
+
+
+_probe_jax_once()
 
 # Hypothesis profiles: "quick" for make test (the default), "thorough" for make
 # test-long (HYPOTHESIS_PROFILE=thorough, or pytest's --hypothesis-profile thorough).

@@ -142,8 +142,11 @@ def check_jax_environment(command: str, environ=os.environ) -> None:
 
 def _probe_key(environ) -> str:
     """What the probe's verdict depends on: the interpreter, and the values of the
-    variables JAX, XLA and the GPU stack read (LD_LIBRARY_PATH too), as a short digest."""
-    read = sorted((k, v) for k, v in environ.items() if k.startswith(PROBE_PREFIXES) or k == "LD_LIBRARY_PATH")
+    variables JAX, XLA and the GPU stack read (LD_LIBRARY_PATH too), as a short digest.
+    The emulated CPU device count is left out of XLA_FLAGS, as _non_default leaves it:
+    the launcher takes it off its children's flags, and they need no probe of their own."""
+    read = sorted((k, OWN_XLA_FLAG.sub("", v).strip() if k == "XLA_FLAGS" else v) for k, v in environ.items()
+                  if k.startswith(PROBE_PREFIXES) or k == "LD_LIBRARY_PATH")
     return hashlib.sha256(repr((sys.executable, read)).encode()).hexdigest()[:16]
 
 

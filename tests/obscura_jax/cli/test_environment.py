@@ -108,6 +108,8 @@ def test_the_probe_runs_once_per_set_of_values(monkeypatch):
     assert calls == ["--xla_a=1"] and os.environ[environment.PROBED]
     child = dict(os.environ)                                   # what a process it starts inherits
     environment.check_jax_environment("train", child)
+    launched = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_a=1")
+    environment.check_jax_environment("train", launched)       # the device count alone differs
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")            # another value the GPU stack reads
     environment.check_jax_environment("train")
     monkeypatch.setenv("XLA_FLAGS", "--xla_b=1")
