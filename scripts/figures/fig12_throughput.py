@@ -65,15 +65,7 @@ def draw(rows, sources, families, sizes, batches, limit_gib, out):
                         ax.text(x, r["samples_per_s"] * 1.01, "%s\n%s%s" % (
                             _vs(r, "dapple_plus", "u"), _vs(r, "dapple_plus_layer", "l"), paper),
                                 ha="center", va="bottom", fontsize=5)
-            ax.set_xticks(range(len(batches)))
-            ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
-            ax.set_ylim(0, top * 1.3)
-            ax.tick_params(axis="y", labelsize=7)
-            ax.set_title(f"{P.FAMILIES[fam]} {size.upper()}", fontsize=9, loc="left")
-            if j == 0:
-                ax.set_ylabel("samples / s (simulated)", fontsize=8)
-            for side in ("top", "right"):
-                ax.spines[side].set_visible(False)
+            L.style_throughput_panel(ax, batches, top, 1.3, f"{P.FAMILIES[fam]} {size.upper()}", j == 0)
     axes[0][0].legend(fontsize=6.5, frameon=False, ncol=2, loc="upper left")
     title = (f"Fig. 12: throughput, p={rows[0]['num_stages']}, seq {P.SEQ_LEN}, mb {P.MICRO_BATCH}, "
              f"{limit_gib:g} GiB per GPU; label = Obscura / DAPPLE+ (u: unit, l: layer; max: no recompute, unlimited memory) and the paper's")

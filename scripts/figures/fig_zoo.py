@@ -53,15 +53,8 @@ def draw(rows, sources, families, batches, out):
                             color=colors[name])
                     continue
                 ax.bar(x, r["samples_per_s"], width, color=colors[name], label=r["label"] if g == 0 else None)
-        ax.set_xticks(range(len(batches)))
-        ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
-        ax.set_ylim(0, top * 1.25)
-        ax.tick_params(axis="y", labelsize=7)
-        ax.set_title(f"{P.FAMILIES[fam]} {cell[0]['model'].split('-')[1].upper()}", fontsize=9, loc="left")
-        if j == 0:
-            ax.set_ylabel("samples / s (simulated)", fontsize=8)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
+        L.style_throughput_panel(ax, batches, top, 1.25,
+                                 f"{P.FAMILIES[fam]} {cell[0]['model'].split('-')[1].upper()}", j == 0)
     axes[0][0].legend(fontsize=5.5, frameon=False, ncol=3, loc="upper left")
     title = (f"Schedules at their best plans: p={rows[0]['num_stages']}, seq {P.SEQ_LEN}, mb {P.MICRO_BATCH}, "
              f"{rows[0]['memory_limit_gib']:g} GiB per GPU (OOM: does not fit; n/e: not evaluated)")

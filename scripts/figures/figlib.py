@@ -54,6 +54,21 @@ def new_figure(nrows: int, ncols: int, size: tuple[float, float]):
     return fig, axes
 
 
+def style_throughput_panel(ax, batches: Sequence[int], top: float, headroom: float, title: str,
+                           first_column: bool) -> None:
+    """One panel of samples/s bars per global batch (fig12, fig_zoo): ticks, room
+    above the tallest bar for its labels, the title; the y label on the first column."""
+    ax.set_xticks(range(len(batches)))
+    ax.set_xticklabels([f"GBS {b}" for b in batches], fontsize=7)
+    ax.set_ylim(0, top * headroom)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(title, fontsize=9, loc="left")
+    if first_column:
+        ax.set_ylabel("samples / s (simulated)", fontsize=8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
 def save_figure(fig, out_dir, stem: str, title: str, sources: Iterable[Source]) -> Path:
     """Title on top, 'simulated from <source>' at the bottom (red unless every
     source is a measured profile without cautions); returns the PNG's path."""
