@@ -4,7 +4,7 @@ analysis of the runs is experiments/multi_gpu_report.py).
 Bench shape: llama2-7b shapes, 4 layers per stage (~1B params a stage; p = N stages,
 one per GPU), seq 4096, micro-batch 1, m = 2p and 4p. Three steps:
 
-    plan (on a CPU box with OR-Tools)        run (the N-GPU machine)          report
+    plan (on a CPU machine with OR-Tools)        run (the N-GPU machine)          report
     analytic H200 profile of the shape  ->   per m: 1F1B, DAPPLE+, the plan,  ->  table.md
     F/B scaled to a one-GPU run of it        each --processes N and one           bench_multi_gpu.json
     -> plans/plan_m<m>.json (carried)        process for all GPUs; then a

@@ -49,7 +49,7 @@ def check_train_json(path, schedule: str, *, num_devices: int = P) -> dict:
     assert sorted(s for d in res["pipeline_devices"] for s in d["stages"]) == list(range(p))
     for s, st in enumerate(res["stages"]):
         assert st["simulated_peak_bytes"] > st["weight_bytes"] > 0, (schedule, s)
-        # A stage's measured compute may be 0 on a busy box: an op's start is inferred as
+        # A stage's measured compute may be 0 on a busy machine: an op's start is inferred as
         # no earlier than its inputs were SEEN ready (obscura_jax.observe.events), and a waiter
         # thread that runs late can see an input ready after the op itself. The run's
         # first forward has no input to wait for: the stages' sum is positive.
@@ -105,7 +105,7 @@ def plan_then_train(model: str, tmp_path, capsys) -> set[str]:
     """profile -> plan -> train --plan --check, twice: a limit 1F1B fits in, then one
     halfway between the first plan's smallest and largest stage peak (stage 0 has to
     recompute), or the smallest feasible limit where that is higher: the first plan
-    partitions by measured times, and on a busy box an uneven partition's smallest
+    partitions by measured times, and on a busy machine an uneven partition's smallest
     peak can put the halfway point below the floor. The planner picks each plan's
     family: returns the schedules run."""
     prof = tmp_path / "profile.json"

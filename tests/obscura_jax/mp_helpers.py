@@ -102,7 +102,7 @@ def start_ready(args: list[str], timeout: float = 120, **popen) -> tuple[subproc
     """`python -m obscura_jax ARGS` in its own session, returned once it reports its
     Ctrl-C handler installed (obscura_jax.cli.interrupt.announce_ready, through a pipe),
     with the monotonic time it did; killed, and the test failed, if it does not within
-    `timeout` seconds (a bound for a box at any load, not a measurement)."""
+    `timeout` seconds (a bound for a machine at any load, not a measurement)."""
     r, w = os.pipe()
     # PYTHONFAULTHANDLER: a process that hangs can be made to print every thread's stack
     # (stacks_of_a_hung_process) before it is killed

@@ -1,6 +1,6 @@
 """A measured profile with its times replaced by fixed ones, for tests that plan from
 the bytes `obscura profile` measures on this CPU: the bytes are the engine's whatever
-the load, the times are not. On a busy box (make test-busy, 2026-12-04) measured op
+the load, the times are not. On a busy machine (make test-busy, 2026-12-04) measured op
 times of 0 let a baseline recompute for free and reach Obscura's memory floor, so no
 limit was left where only adjusted stages fit. Fixed times: every op and unit costs
 something, more for more bytes, the same on every machine."""

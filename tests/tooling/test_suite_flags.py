@@ -17,7 +17,7 @@ def test_a_flag_this_xla_does_not_know_is_left_out_and_the_others_kept(monkeypat
 
 
 def test_the_flags_it_knows_are_kept():
-    # this box's jax 0.10 knows both (kept there: CI's speed)
+    # this machine's jax 0.10 knows both (kept there: CI's speed)
     import jax
     if tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 11):
         pytest.skip("jax 0.11's XLA has no loop-emitter flag")

@@ -82,7 +82,7 @@ def test_a_reader_that_closes_the_pipe_costs_no_output_file(tmp_path):
     os.close(read)
     proc = subprocess.Popen(command, stdout=write, stderr=subprocess.PIPE)
     os.close(write)
-    _, err = proc.communicate(timeout=300)     # a bound for a busy box, not a measurement
+    _, err = proc.communicate(timeout=300)     # a bound for a busy machine, not a measurement
     assert (proc.returncode, err) == (0, b"")
     assert json.loads(out.read_text())["makespan"] > 0
 

@@ -126,7 +126,7 @@ def limit_only_adjusted_stages_fit(prof) -> int:
     """A limit between the memory floor (adjusted stages recomputing whole units and
     swapping) and the least any baseline needs: only Obscura's own search
     (`--no-families`) with adjusted stages fits (on the profile's fixed times:
-    measured ones of 0 let a baseline reach the floor on a busy box)."""
+    measured ones of 0 let a baseline reach the floor on a busy machine)."""
     even = tuple(models.even_partition(prof.num_units, P))
     free = Setting(prof, M, float("inf"))
     need_1f1b = max(stage_peak_1f1b(prof, r, s, P, M, frozenset()) for s, r in enumerate(even))

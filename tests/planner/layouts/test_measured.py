@@ -173,7 +173,7 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
     out = tmp_path / "tiny_layers.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "layouts" / "sweep_layer_bench.py"), "--tiny",
                            "--seq-lens", "32", "--policies", "none,full,cmb", "--out", str(out),
-                           "--budget-s", "1e9"],   # every task, however slow the box (the time budget is not under test)
+                           "--budget-s", "1e9"],   # every task, however slow the machine (the time budget is not under test)
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     layers = load_measured(out)
@@ -186,7 +186,7 @@ def test_cpu_bench_script_feeds_the_sweep(tmp_path):
     cfg = models.get_config("llama2-tiny")
     for e in data["entries"]:
         if e["status"] == "measured":
-            # bwd_time is fwd+bwd minus fwd, two timings: on a busy box their difference can be 0
+            # bwd_time is fwd+bwd minus fwd, two timings: on a busy machine their difference can be 0
             assert e["fwd_time"] > 0 and e["fwd_bwd_time"] > 0 and e["bwd_time"] >= 0
             (_, _, _, kept), _ = layer(cfg, 32, e["micro_batch"], "xla", e["policy"])
             assert e["residual_bytes"] == kept

@@ -19,7 +19,7 @@ def test_model_info_prints_and_writes_json(tmp_path, capsys):
     assert set(info["policies"]) == {"none", "full", "selective", "mlp", "cmb"}
     assert 0.25 <= info["policies"]["cmb"]["saving_vs_none"] <= 0.65
     assert {"act_bytes"} == set(info["unit_kinds"]["mlp"]["ops"]["mlp_act"])
-    assert elapsed < 300     # abstract shapes: 13B parameters made for real would not fit this box's memory
+    assert elapsed < 300     # abstract shapes: 13B parameters made for real would not fit this machine's memory
 
 
 def test_model_info_tiny_with_options(tmp_path):
