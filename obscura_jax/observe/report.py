@@ -200,8 +200,12 @@ def compare_report(results: list[dict]) -> str:
                      _pct(r.get("bubble_fraction")),
                      f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r["losses"] else "-",
                      " / ".join(format_bytes(p) for p in peaks)])
-    out = [table(["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss",
-                  "peak per stage"], rows),
+    head = ["schedule", "iteration", "simulated", "meas/sim", "tokens/s", "bubble", "loss", "peak per stage"]
+    if any("check" in r for r in results):     # compare --check: each run against the unpipelined model
+        head.append("check")
+        for row, r in zip(rows, results):
+            row.append("-" if "check" not in r else "equal" if r["check"]["equal"] else "DIFFERENT")
+    out = [table(head, rows),
            f"bubble = {BUBBLE_DEFINITION}, measured in the charted step"]
     cpu = any(on_cpu(r) for r in results)
     if cpu:

@@ -28,6 +28,25 @@ def tolerances(run, cfg) -> tuple[float, float]:
     return rtol, 0.02 * run.learning_rate * run.steps
 
 
+def check_run(outcome, group) -> dict | None:
+    """`--check` of `train` and `compare`: the run against the unpipelined model, on
+    every process of `group` (each sends its stages' params to the leader). The
+    check's record on the leader, None on the others."""
+    from obscura_jax.processes.distributed import gather_params  # lazy: only checks gather params
+    # the reference run compiles and trains on one device: a set-up sized allowance
+    group.progress("checking against the unpipelined model")
+    params = gather_params(outcome, group) if group.size > 1 else outcome.stage_params()
+    return check_against_reference(outcome, params) if group.is_leader else None
+
+
+def check_line(check: dict) -> str:
+    """The check's one line in a report."""
+    return (f"check vs unpipelined model: max loss rel diff {check['max_loss_rel_diff']:.2e}, "
+            f"params max abs diff {check['params_max_abs_diff']:.2e} "
+            f"({'equal' if check['equal'] else 'DIFFERENT'} at rtol {check['rtol']:.0e}, "
+            f"atol {check['atol']:.1e})")
+
+
 def check_against_reference(outcome, params: dict | None = None) -> dict:
     """`params`: the run's final params (default: this process's, the whole model
     in a single process)."""

@@ -11,7 +11,7 @@ MODEL = "llama2-tiny"
 
 def test_every_command_runs_every_family(tmp_path, capsys):
     cm.simulate_every_family(tmp_path, capsys)
-    cm.train_every_family(MODEL, tmp_path, capsys)
+    cm.train_each_kind(MODEL, tmp_path, capsys)
     cm.compare_every_family(MODEL, tmp_path, capsys)
     assert cm.plan_then_train(MODEL, tmp_path, capsys)
 

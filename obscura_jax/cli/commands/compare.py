@@ -23,8 +23,9 @@ from pathlib import Path
 
 from obscura_jax.checkpoints.directory import DirectoryLock, beside_lock, check_unlocked
 from obscura_jax.cli.commands.layout_row import apply_layout
-from obscura_jax.cli.commands.run_args import (add_model_data_args, add_process_args, add_schedule_args,
-                                           check_run_size, fill_defaults, run_config, run_with_processes)
+from obscura_jax.cli.commands.run_args import (add_check_arg, add_model_data_args, add_process_args,
+                                           add_schedule_args, check_run_size, exact_matmuls, fill_defaults,
+                                           run_config, run_with_processes)
 from models.errors import ObscuraError
 from obscura_jax.errors import UsageError
 from obscura_jax.observe.report import compare_report, train_report
@@ -57,6 +58,7 @@ def add_parser(sub):
                         "file .obscura.lock-DIR beside it while it runs)")
     p.add_argument("--json", default=None, metavar="PATH",
                    help="also write the comparison (obscura-compare/1, DIR/compare.json) here (default: not written)")
+    add_check_arg(p)
     add_schedule_args(p)
     add_model_data_args(p)
     add_process_args(p)
@@ -184,6 +186,7 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
     # lazy (these three): JAX starts after the devices are chosen
     from obscura_jax.api import measured_with_recompute, summarize
     from obscura_jax.observe.summary import simulated_with_optimizer
+    from obscura_jax.run.checks import check_line, check_run
     from obscura_jax.observe.trace import write_measured_trace
     from obscura_jax.run.trainer import train
     from schedules.formats.gantt import draw_gantt, draw_gantts  # lazy: matplotlib
@@ -192,6 +195,8 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
     say = print if lead else (lambda *_: None)
     results, timelines, labels = [], [], []
     run_id = uuid.uuid4().hex[:12]
+    if args.check:
+        exact_matmuls()
     for name, kw in items:
         label = item_label(name, kw)
         cfg = item_config(args, name, kw)
@@ -199,10 +204,14 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
         outcome = train(cfg, place, progress=not args.no_progress, group=group)
         res = summarize(outcome)
         res["label"] = label
+        if args.check:     # the reference trains once: its step is cached for the process (run/reference.py)
+            res["check"] = check_run(outcome, group)
         results.append(res)
         if not lead:
             continue
         print(train_report(res))
+        if args.check:
+            print(check_line(res["check"]))
         stem = name if sum(1 for n, _ in items if n == name) == 1 else label.replace(":", "_").replace("=", "")
         write_json_atomic(out / f"{stem}.json", {**res, "compare_run": run_id})
         write_measured_trace(outcome, out / f"{stem}_trace.json")   # ui.perfetto.dev: the charted step
@@ -225,4 +234,4 @@ def _compare_into(args, items, place, group, out: Path | None) -> int:
     write_text_atomic(out / "table.txt", table + "\n")
     write_json_atomic(out / "compare.json", {"format": "obscura-compare/1", "compare_run": run_id,
                                              "runs": results})
-    return 0
+    return 1 if args.check and not all(r["check"]["equal"] for r in results) else 0

@@ -150,6 +150,19 @@ def add_layout_args(g) -> None:
                         "stages, D, T, micro-batch size (the row's x D), micro-batches, policy and attention")
 
 
+def add_check_arg(g) -> None:
+    """--check of `train` and `compare`."""
+    g.add_argument("--check", action="store_true",
+                   help="also train the unpipelined model on one device and compare losses and params "
+                        "(runs both with float32 matmul precision 'highest'; exit 1 where they differ)")
+
+
+def exact_matmuls() -> None:
+    """GPUs run float32 matmuls in TF32 by default; --check compares exact float32."""
+    import jax  # lazy: JAX starts after the devices are chosen
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
 def add_process_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("several processes and hosts (docs/multiprocess.md)")
     g.add_argument("--processes", type=int, default=1, metavar="N",

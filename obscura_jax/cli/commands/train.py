@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 from obscura_jax.cli.commands.layout_row import apply_layout
-from obscura_jax.cli.commands.run_args import (LAYOUT_KEYS, add_model_data_args, add_process_args, add_schedule_args,
-                                           check_run_size, fill_defaults, needed_stages, plan_preset, run_config,
-                                           run_with_processes)
+from obscura_jax.cli.commands.run_args import (LAYOUT_KEYS, add_check_arg, add_model_data_args, add_process_args,
+                                           add_schedule_args, check_run_size, exact_matmuls, fill_defaults,
+                                           needed_stages, plan_preset, run_config, run_with_processes)
 from obscura_jax.cli import interrupt
 from obscura_jax.checkpoints.directory import check_unlocked
 from obscura_jax.errors import UsageError
@@ -61,9 +61,7 @@ def add_parser(sub):
                    help="run the timed steps inside jax.profiler.trace, writing XLA's device trace under DIR "
                         "(TensorBoard's profile plugin, or the .trace.json.gz in ui.perfetto.dev) "
                         "(default: not profiled)")
-    g.add_argument("--check", action="store_true",
-                   help="also train the unpipelined model on one device and compare losses and params "
-                        "(runs both with float32 matmul precision 'highest')")
+    add_check_arg(g)
     g.add_argument("--json", default=None, metavar="OUT", help="write the run's measurements as JSON (default: not written)")
     p.set_defaults(func=run)
 
@@ -118,34 +116,24 @@ def check_outputs(args) -> None:
 
 
 def _train(args, place, group) -> int:
-    import jax  # lazy (these five): JAX starts after the devices are chosen
-    from obscura_jax.api import TrainResult, summarize
-    from obscura_jax.run.checks import check_against_reference
+    from obscura_jax.api import TrainResult, summarize   # lazy (these four): JAX starts after the devices are chosen
+    from obscura_jax.run.checks import check_line, check_run
     from obscura_jax.observe.trace import write_measured_trace, xla_trace_files
     from obscura_jax.run.trainer import train
 
     cfg = run_config(args)
     check_run_size(cfg, group)
     if args.check:
-        # GPUs run float32 matmuls in TF32 by default; the check compares exact float32.
-        jax.config.update("jax_default_matmul_precision", "highest")
+        exact_matmuls()
     outcome = train(cfg, place, progress=not args.no_progress, group=group, xla_profile=args.xla_profile)
     res = summarize(outcome)
     if args.check:
-        from obscura_jax.processes.distributed import gather_params  # lazy: only checks gather params
-        # the reference run compiles and trains on one device: a set-up sized allowance
-        group.progress("checking against the unpipelined model")
-        params = gather_params(outcome, group) if group.size > 1 else outcome.stage_params()
-        if group.is_leader:
-            res["check"] = check_against_reference(outcome, params)
+        res["check"] = check_run(outcome, group)
     if not group.is_leader:          # process 0 reports and writes for the whole run
         return 0
     print(train_report(res))
     if args.check:
-        c = res["check"]
-        print(f"check vs unpipelined model: max loss rel diff {c['max_loss_rel_diff']:.2e}, "
-              f"params max abs diff {c['params_max_abs_diff']:.2e} "
-              f"({'equal' if c['equal'] else 'DIFFERENT'} at rtol {c['rtol']:.0e}, atol {c['atol']:.1e})")
+        print(check_line(res["check"]))
     written = []
     if args.gantt and outcome.timeline is not None:
         written += TrainResult(res, outcome).gantt(args.gantt, title=f"{res['schedule']} measured ({res['model']}); "

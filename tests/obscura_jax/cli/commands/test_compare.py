@@ -59,10 +59,11 @@ def test_demo_loss_falls_and_writes_measured_gantts(tmp_path, capsys):
 @pytest.mark.slow
 def test_compare_on_two_processes_with_two_devices_each(tmp_path):
     """Process 0 writes the table, the JSON and the charts, with every stage's row
-    and the process that ran it; the others write nothing."""
+    and the process that ran it; the others write nothing. --check gathers every
+    run's params from both processes."""
     from tests.obscura_jax.mp_helpers import TINY, run
     rc, text = run(["compare", *TINY, "--processes", "2", "--devices-per-process", "2", "--steps", "2",
-                    "--schedules", "1f1b,obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5",
+                    "--schedules", "1f1b,obscura:adjusted=1:swap_blocks=1:swap_fraction=0.5", "--check",
                     "--out", str(tmp_path)], timeout=300)
     assert rc == 0, text[-3000:]
     # Gloo's connection lines went to the processes' logs (obscura_jax.processes.native_log)
@@ -72,8 +73,30 @@ def test_compare_on_two_processes_with_two_devices_each(tmp_path):
     for r in runs:
         assert r["processes"] == 2 and [st["process"] for st in r["stages"]] == [0, 0, 1, 1]
         assert r["timeline"] is not None and r["simulated_iteration_time"] > 0
+        assert r["check"]["equal"], r["check"]
     assert runs[0]["losses"] == pytest.approx(runs[1]["losses"], rel=1e-5)
     assert (tmp_path / "table.txt").exists() and (tmp_path / "measured.png").exists()
+
+
+def test_check_marks_a_run_that_differs_and_exits_1(tmp_path, capsys, monkeypatch):
+    """compare --check: each run's check line and column; a run that differs from the
+    unpipelined model (here made to) is DIFFERENT, every output is still written, exit 1."""
+    from obscura_jax.run import checks
+    real = checks.check_against_reference
+
+    def gpipe_differs(outcome, params=None):
+        res = real(outcome, params)
+        return {**res, "equal": res["equal"] and outcome.config.schedule != "gpipe"}
+    monkeypatch.setattr(checks, "check_against_reference", gpipe_differs)
+    out = tmp_path / "o"
+    assert main(C + ["--schedules", "1f1b,gpipe", "--check", "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert printed.count("check vs unpipelined model") == 2 and "(equal at" in printed
+    row = {line.split()[0]: line.split()[-1] for line in printed.splitlines() if line.startswith(("1f1b ", "gpipe "))}
+    assert row == {"1f1b": "equal", "gpipe": "DIFFERENT"}, printed
+    runs = json.loads((out / "compare.json").read_text())["runs"]
+    assert [r["check"]["equal"] for r in runs] == [True, False]
+    assert (out / "table.txt").read_text().count("DIFFERENT") == 1
 
 
 # ---- bad input, and SIGINT at random moments ----
