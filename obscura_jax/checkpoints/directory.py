@@ -33,6 +33,25 @@ from schedules.formats.jsonio import write_text_atomic
 
 LOCK_NAME = ".obscura.lock"
 METRICS_NAME = "metrics.jsonl"
+# Where a step's metadata (step, identity) lies: the `meta` item of the Orbax step
+# directory (checkpoints/pipeline.py and packed.py save it with JsonSave).
+STEP_META = Path("meta") / "metadata"
+
+
+def saved_process_count(directory: str | Path) -> int | None:
+    """The process count the newest step of a checkpoint dir records, read as plain
+    JSON before any process starts: a resume with another count then stops before
+    every process has started JAX. None where no step's metadata reads (the run's own
+    check, through Orbax, decides then)."""
+    steps = [p for p in Path(directory).glob("*") if p.name.isdigit() and p.is_dir()]
+    for step in sorted(steps, key=lambda p: int(p.name), reverse=True):
+        try:
+            identity = json.loads((step / STEP_META).read_text())["identity"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        count = identity.get("processes", 1) if isinstance(identity, dict) else None
+        return count if isinstance(count, int) else None
+    return None
 
 
 def warn(text: str) -> None:

@@ -4,13 +4,15 @@ chosen before JAX starts)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import models
 from obscura_jax.cli.blame import check_user_model
 from obscura_jax.cli.capacity import check_device_count, check_host_memory, kept_bytes
 from obscura_jax.cli.main import add_model_module
 from obscura_jax.devices import parse_devices
-from obscura_jax.errors import UsageError
+from obscura_jax.checkpoints.directory import saved_process_count
+from obscura_jax.errors import RunError, UsageError
 from obscura_jax.processes.launch import process_spec, without_flag
 from obscura_jax.processes.supervise import launch_local
 from obscura_jax.observe.step_time import timed
@@ -190,6 +192,7 @@ def run_with_processes(args, num_stages: int, body) -> int:
                         devices_per_process=args.devices_per_process)
     if args.processes < 1:
         raise UsageError(f"--processes must be >= 1, got {args.processes}")
+    check_resume_process_count(args, spec)
     if args.processes > 1:
         if spec is not None:
             raise UsageError("--processes starts local processes: it does not combine with --coordinator, "
@@ -209,6 +212,18 @@ def run_with_processes(args, num_stages: int, body) -> int:
     stage_devices = parse_stage_devices(args.stage_devices, num_stages) if args.stage_devices else None
     return run_distributed(spec, lambda group: body(
         lambda p: place_across_processes(p, spec.platform, stage_devices), group))
+
+
+def check_resume_process_count(args, spec) -> None:
+    """A --resume on another process count than its checkpoint's is refused before a
+    process starts (the line the run's own identity check gives)."""
+    if not (getattr(args, "resume", False) and getattr(args, "checkpoint_dir", None)):
+        return
+    saved = saved_process_count(args.checkpoint_dir)
+    have = spec.num_processes if spec is not None else args.processes
+    if saved is not None and saved != have:
+        raise RunError(f"cannot resume {Path(args.checkpoint_dir).absolute()}: checkpoint has process count "
+                       f"{saved!r}, this run has {have!r}")
 
 
 def add_schedule_args(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from obscura_jax.checkpoints.directory import DirectoryLock, MetricsLog, check_unlocked
+from obscura_jax.checkpoints.directory import STEP_META, DirectoryLock, MetricsLog, check_unlocked, saved_process_count
 from obscura_jax.errors import RunError
 from tests.obscura_jax.mp_helpers import ROOT
 
@@ -111,6 +111,24 @@ def _finish(proc, timeout: float) -> tuple[int, str, str]:
 
 
 @pytest.mark.slow
+def test_the_saved_process_count_is_the_newest_steps(tmp_path):
+    """Read before any process starts; None wherever the newest step's metadata does
+    not read as the checkpointers write it (Orbax's own reading decides then)."""
+    def step(n: int, text: str) -> None:
+        (tmp_path / str(n) / STEP_META).parent.mkdir(parents=True)
+        (tmp_path / str(n) / STEP_META).write_text(text)
+    assert saved_process_count(tmp_path) is None          # no step
+    step(2, json.dumps({"step": 2, "identity": {"model": "m", "processes": 4}}))
+    step(10, json.dumps({"step": 10, "identity": {"model": "m", "processes": 2}}))
+    (tmp_path / "11.orbax-checkpoint-tmp-1").mkdir()     # a save that never finished
+    assert saved_process_count(tmp_path) == 2            # 10 is newer than 2 (not by name)
+    step(12, json.dumps({"step": 12, "identity": {"model": "m"}}))
+    assert saved_process_count(tmp_path) == 1            # written before the field: one process
+    step(13, "{not json")
+    assert saved_process_count(tmp_path) is None
+    assert saved_process_count(tmp_path / "nosuchdir") is None
+
+
 def test_two_concurrent_trains_on_one_dir(tmp_path):
     """The second exits 2 at once naming the lock's holder; the first finishes, and
     resumes correctly later. The first is stopped (SIGSTOP) while the second runs, so it

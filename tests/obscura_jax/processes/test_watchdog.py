@@ -89,6 +89,7 @@ def test_resuming_with_another_process_count_is_refused_in_one_line(terminated):
         errors = [line for line in text.splitlines() if "error:" in line]
         assert rc == 2, text[-2000:]
         assert len(errors) == 1 and f"checkpoint has process count 4, this run has {have}" in errors[0], text
+        assert "obscura: started" not in text, text       # refused before a process started
 
 
 def test_a_hung_process_names_itself_and_stops_the_others_within_60_s(tmp_path):
