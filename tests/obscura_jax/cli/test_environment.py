@@ -131,8 +131,9 @@ def test_in_the_obscura_process(tmp_path):
     assert r.returncode == 2 and r.stderr == ("obscura: error: environment variable JAX_DEFAULT_MATMUL_PRECISION: JAX "
                                               "does not take 'bogus' (Invalid value \"bogus\" for JAX flag "
                                               "jax_default_matmul_precision)\n"), r.stderr
-    r = subprocess.run([sys.executable, "-m", "obscura_jax", "simulate", "--schedule", "1f1b", "--stages", "2",
-                        "--microbatches", "2", "--json", "s.json"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                       timeout=300, preexec_fn=lambda: os.close(1))
+    # stdout closed by the shell that execs it (a preexec_fn would fork this JAX process)
+    r = subprocess.run(["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "obscura_jax", "simulate",
+                        "--schedule", "1f1b", "--stages", "2", "--microbatches", "2", "--json", "s.json"],
+                       cwd=tmp_path, stderr=subprocess.PIPE, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.startswith("obscura: error: stdout is closed") and r.stderr.count("\n") == 1
     assert os.listdir(tmp_path) == []
