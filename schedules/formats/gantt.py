@@ -177,12 +177,7 @@ def _draw(ax, timeline: Timeline, title: str | None, xmax: float, time_unit: str
                 ax.broken_barh(spans, (y - 0.3, 0.6), facecolor=color, edgecolor="white", lw=0.6,
                                hatch="///" if band == "R" else None)
     ax.set_yticks(range(n))
-    if chunked:
-        names = [f"device {d} (stages {','.join(str(s) for s in sorted({o.stage for o in timeline.device_ops(d)}))})"
-                 for d in range(n)]
-    else:
-        names = [f"stage {d}" for d in range(n)]
-    ax.set_yticklabels(names[::-1], fontsize=8)
+    ax.set_yticklabels(_row_names(timeline)[::-1], fontsize=_TICK_LABEL_PT)
     ax.set_xlim(0, xmax)
     ax.set_ylim(-0.65, n - 0.55)
     _time_axis(ax, time_unit, xmax)
@@ -238,14 +233,55 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
     width = min(22.0, max(8.0, 0.11 * max(len(t.ops) / max(t.num_devices, 1) for t in timelines) + 5))
     heights = [min(h, 0.2 * t.num_devices + 0.9) if len(t.ops) > RASTER_OPS else h
                for h, t in zip(heights, timelines)]
-    fig = Figure(figsize=(width, sum(heights)))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(timelines), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
-    for ax, tl, title in zip(axes, timelines, titles):
+    fig = Figure(figsize=(width, LEGEND_IN + sum(heights)))
+    canvas = FigureCanvasAgg(fig)
+    left = LEFT_PAD_IN + max(_text_width_in(canvas, name, _TICK_LABEL_PT) for tl in timelines
+                             for name in _row_names(tl))
+    top = LEGEND_IN
+    for tl, title, height in zip(timelines, titles, heights):
+        ax = fig.add_axes(_panel_box(fig, left, top, height))
         _draw(ax, tl, title, longest if same_scale else (tl.iteration_time or 1.0), time_unit)
+        top += height
     _legend(fig, timelines)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / sum(heights)))
     return _save(fig, path_png, svg)
+
+
+# A panel's frame in inches, computed (not measured by tight_layout, which lays the
+# whole figure out once more: ~15% of a chart's time): the row labels' width on the
+# left, above each panel its title, under it the time axis's tick labels and name.
+LEGEND_IN = 0.35            # the legend's band at the top of the figure
+TITLE_IN = 0.3              # a panel's title (9 pt) and its gap to the panel above
+TIME_AXIS_IN = 0.5          # tick labels (7 pt), the axis name (8 pt) and their gaps
+LEFT_PAD_IN = 0.2           # tick marks and gaps left of the row labels, and the figure's edge
+RIGHT_IN = 0.2
+_TICK_LABEL_PT = 8
+
+
+def _panel_box(fig, left: float, top: float, height: float) -> list[float]:
+    """[left, bottom, width, height] in figure fractions of a panel whose band starts
+    `top` inches under the figure's top and is `height` inches high."""
+    width_in, height_in = fig.get_size_inches()
+    bottom = height_in - (top + height - TIME_AXIS_IN)
+    inner = max(height - TITLE_IN - TIME_AXIS_IN, 0.1)
+    return [left / width_in, bottom / height_in, max(width_in - left - RIGHT_IN, 1.0) / width_in,
+            inner / height_in]
+
+
+def _text_width_in(canvas, text: str, points: float) -> float:
+    """Inches that `text` takes at `points` in the figure's default font."""
+    from matplotlib.font_manager import FontProperties  # lazy: matplotlib only when drawing
+
+    w, _, _ = canvas.get_renderer().get_text_width_height_descent(text, FontProperties(size=points), ismath=False)
+    return w / canvas.figure.dpi
+
+
+def _row_names(timeline: Timeline) -> list[str]:
+    """The row labels, device 0 first: stages (one per device) or a device's stages."""
+    n = timeline.num_devices
+    if timeline.one_stage_per_device:
+        return [f"stage {d}" for d in range(n)]
+    return [f"device {d} (stages {','.join(str(s) for s in sorted({o.stage for o in timeline.device_ops(d)}))})"
+            for d in range(n)]
 
 
 def draw_gantt(timeline: Timeline, path_png, title: str | None = None, svg: bool = True,
@@ -291,7 +327,7 @@ def _save(fig, path_png, svg: bool) -> list[Path]:
     """Write the figure as PNG (and SVG beside it), each atomically
     (schedules.formats.jsonio.replace_atomically); the paths written."""
     path_png = Path(path_png)
-    # tight_layout (done once, above) leaves a placeholder layout engine, and any engine
+    # draw_memory's tight_layout (done once) leaves a placeholder layout engine, and any engine
     # makes savefig draw the whole figure once more before drawing it to the file
     fig.set_layout_engine(None)
     written = [path_png] + ([path_png.with_suffix(".svg")] if svg else [])

@@ -93,7 +93,7 @@ def test_bars_are_one_collection_per_colour_and_band_not_one_per_op():
 
 
 def test_saving_draws_the_figure_once_per_file(tmp_path, monkeypatch):
-    # tight_layout is done once; a layout engine left on the figure would make every
+    # the panels' frames are computed; a layout engine on the figure would make every
     # savefig draw it twice (once to lay out, once to the file)
     from matplotlib.figure import Figure
     draws = []
@@ -101,4 +101,4 @@ def test_saving_draws_the_figure_once_per_file(tmp_path, monkeypatch):
     monkeypatch.setattr(Figure, "draw", lambda self, renderer: draws.append(1) or real(self, renderer))
     tl = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1, 2, 1))
     draw_gantt(tl, tmp_path / "once.png")
-    assert len(draws) == 2     # one per file (PNG, SVG); tight_layout measures without drawing
+    assert len(draws) == 2     # one per file (PNG, SVG)
