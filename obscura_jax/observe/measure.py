@@ -121,15 +121,32 @@ def _normal(spec, sharding, seed: int):
     return jax.device_put(x.astype(spec.dtype), sharding)
 
 
+def times_fused_backward(split: bool, adjusted: bool) -> bool:
+    """Whether measuring a stage times its fused backward B: a stage that runs B, and
+    an adjusted split stage (its recompute is its B's time over the base policy's B).
+    A split stage on the base policy is timed as it runs, its backward as I + W: B
+    is not compiled for it (a large stage's B compiles for as long as its I)."""
+    return not split or adjusted
+
+
 def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first: bool = True,
-               split: bool = False) -> StageTiming:
+               split: bool = False, fused: bool = True) -> StageTiming:
     """Steady-state forward and backward seconds of one program on its device; with
-    `split`, also its I and W programs, each timed alone as the engine runs them."""
+    `split`, also its I and W programs, each timed alone as the engine runs them;
+    without `fused` (split only), the backward is I + W and B is not run."""
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
     fwd_samples = timing.spread(lambda: _arrays(prog.forward(*fwd_args)), first)
     t_fwd = statistics.median(fwd_samples)
     res, dy = _split_inputs(prog, params, x, targets)
     grads = [prog.zero_grads(params)]
+    if not fused:
+        if not split:
+            raise ValueError(f"{prog.name}: a stage that runs B is timed by it")
+        t_i, t_w = time_split(prog, params, res, dy, grads, timing)
+        return StageTiming(t_fwd, t_i + t_w, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
+                           prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes,
+                           weight_grad_beside_bytes=prog.weight_grad_beside_bytes,
+                           fwd_range=_range(fwd_samples), residual_host_bytes=prog.residual_host_bytes)
 
     def bwd():
         grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
@@ -267,12 +284,14 @@ def measure_stages(pipe: Pipeline, states: list, base_policy, timing: CostTiming
         prog, st, spec = pipe.programs[s], states[s], pipe.schedule.stages[s]
         x, targets = stage_inputs(pipe, s)
         split = any(pipe.schedule.effective_kind(a) is Kind.I for a in spec.actions)
-        t = time_stage(prog, st.params, x, targets, timing, first, split=split)
+        adjusted = spec.adjusted and pipe.policies[s] != base
+        t = time_stage(prog, st.params, x, targets, timing, first, split=split,
+                       fused=times_fused_backward(split, adjusted))
         first = False
         row = {"adjusted_bwd": t.bwd, "act_bytes_recompute": prog.residual_bytes,
                "weight_bytes": device_bytes((st.params, st.grads, st.opt_state)),
                "boundary_bytes": 0 if prog.returns_loss else prog.output_bytes}
-        if spec.adjusted and pipe.policies[s] != base:
+        if adjusted:
             plain = build_program(pipe.cfg, pipe.partition[s], base, prog.mesh, pipe.shape)
             b = time_stage(plain, st.params, x, targets, timing, False)
             row.update(fwd=min(t.fwd, b.fwd), bwd=b.bwd, recompute=max(t.bwd - b.bwd, 0.0),

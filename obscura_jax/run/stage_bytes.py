@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 import models
 from models.units import leaf_bytes
+from obscura_jax.observe.measure import times_fused_backward
 from obscura_jax.runtime.executor import compiled_update
 from obscura_jax.runtime.pipeline import boundary_device_bytes, boundary_specs, build_program, stage_policies
 from obscura_jax.runtime.stage_program import memory_of
@@ -191,7 +192,8 @@ def compiled(pipe, traced_bytes: dict[int, StageBytes], optimizer, base_policy,
                       weight_grad_held=prog.weight_grad_held_bytes if split else None, working=_working(prog, steps),
                       update=_update_bytes(pipe.cfg, pipe.partition[s], prog, optimizer), compiled=True)
         if measure:
-            prog.compile_fused()        # the measurement times B on every stage (compiled once, for it)
+            if times_fused_backward(split, twin is not None):
+                prog.compile_fused()    # the measurement times this stage's B (compiled once, for it)
             swap = spec.swap_fraction if any(a.kind is Kind.SO for a in spec.actions) else 0.0
             cost = measure_bytes(replace(row, working=_working(prog)), prog, split, swap)
             if twin is not None:

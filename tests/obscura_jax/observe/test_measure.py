@@ -140,3 +140,21 @@ def test_ledger_costs_and_programs_count_the_same_w_block(weight_grad):
                               memory=stage_memory(sched, costs))
     assert ledger.live == [0, 0]
     assert ledger.peak == [st.peak_held_bytes for st in clock.stages]
+
+
+def test_a_split_stage_on_the_base_policy_is_timed_as_it_runs_without_compiling_b():
+    """obscura-zb-h1 with stage 0 adjusted: stage 1 runs I and W on the base policy,
+    so its backward is timed as I + W and its B is never compiled; the adjusted
+    stage still times its B against the base policy's (its recompute is the
+    difference)."""
+    sched = schedules.generate("obscura-zb-h1", 2, 4, adjusted=0)
+    assert [s.adjusted for s in sched.stages] == [True, False]
+    assert all(any(a.kind is schedules.Kind.W for a in spec.actions) for spec in sched.stages)
+    pipe = build_pipeline(CFG, sched, models.even_partition(CFG.num_units, 2), "none", place_stages(2, "cpu", 2),
+                          BatchShape(4, 2, 16), make_optimizer("sgd", 0.1), schedules.issue_order(sched))
+    mc = measure_costs(pipe, pipe.init_state(0), "none", reps=1)
+    c = mc.costs
+    assert pipe.programs[1]._bwd is None           # never compiled: the schedule never runs it
+    assert c.bwd[1] == pytest.approx(c.input_grad[1] + c.weight_grad[1]) and c.recompute[1] == 0.0
+    assert pipe.programs[0]._bwd is not None and c.bwd[0] == mc.base_bwd[0]
+    assert c.recompute[0] == pytest.approx(max(mc.adjusted_bwd[0] - mc.base_bwd[0], 0.0))
