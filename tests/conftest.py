@@ -63,6 +63,9 @@ def _share_compiled_programs() -> None:
 
 _share_compiled_programs()
 
+from tests.compile_sharing import share_across_devices  # noqa: E402
+share_across_devices()
+
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
