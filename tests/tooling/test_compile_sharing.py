@@ -1,4 +1,4 @@
-"""tests/compile_sharing.py: in the suite's processes a program compiled for one
+"""tests/jax_compile_sharing.py: in the suite's processes a program compiled for one
 emulated device is the cached program for another, and it runs where it is placed."""
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 from jax._src import compiler
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tests.compile_sharing import share_across_devices
+from tests.jax_compile_sharing import share_across_devices
 
 
 @pytest.fixture
@@ -67,3 +67,4 @@ def test_it_applies_once():
     assert share_across_devices() and share_across_devices()
     from jax._src import cache_key
     assert cache_key._hash_serialized_compile_options.shares_across_devices
+

@@ -6,15 +6,15 @@ key (jax._src.cache_key: "invariant between processes") and loads a cached progr
 for the devices asked for. On the suite's 8 emulated CPU devices the same stage
 program (a middle stage of llama2-tiny, a reference step) is compiled once per
 device it lands on. `share_across_devices` keys CPU programs as JAX keys GPU ones,
-so a program compiled for cpu:1 serves cpu:2: the gpt3-tiny command matrix compiles
-180 programs instead of 218, 100 CPU-s instead of 143 (BENCHMARKS.md "Test suite
-time"). The program is the same XLA computation; it runs on the devices the caller
-placed it on (tests/tooling/test_compile_sharing.py holds both).
+so a program compiled for cpu:1 serves cpu:2 (BENCHMARKS.md "Test suite time"). The
+program is the same XLA computation; it runs on the devices the caller placed it on
+(tests/tooling/test_compile_sharing.py holds both).
 
-Only the suite does this, and only in its own processes (pytest and its xdist
-workers): it reaches into a private JAX function, so it applies only where that
-function has the parameter it sets, and does nothing otherwise (the suite is then
-slower, not wrong)."""
+Only the suite does this, in pytest's own processes (tests/conftest.py: its xdist
+workers run most of the suite's compiles, the command matrices' among them); a
+process a test starts keys its programs as JAX does. It reaches into a private JAX
+function, so it applies only where that function has the parameter it sets, and
+does nothing otherwise (the suite is then slower, not wrong)."""
 from __future__ import annotations
 
 import inspect
