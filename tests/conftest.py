@@ -63,10 +63,6 @@ def _share_compiled_programs() -> None:
 
 _share_compiled_programs()
 
-# compiled programs shared across emulated devices (tests/jax_compile_sharing.py)
-from tests.jax_compile_sharing import share_across_devices  # noqa: E402
-share_across_devices()
-
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
