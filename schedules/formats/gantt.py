@@ -247,8 +247,8 @@ def draw_gantts(timelines: Sequence[Timeline], path_png, titles: Sequence[str | 
 
 
 # A panel's frame in inches, computed (not measured by tight_layout, which lays the
-# whole figure out once more: ~15% of a chart's time): the row labels' width on the
-# left, above each panel its title, under it the time axis's tick labels and name.
+# whole figure out once more before it is drawn): the row labels' width on the left,
+# above each panel its title, under it the time axis's tick labels and name.
 LEGEND_IN = 0.35            # the legend's band at the top of the figure
 TITLE_IN = 0.3              # a panel's title (9 pt) and its gap to the panel above
 TIME_AXIS_IN = 0.5          # tick labels (7 pt), the axis name (8 pt) and their gaps

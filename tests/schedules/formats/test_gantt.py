@@ -102,3 +102,26 @@ def test_saving_draws_the_figure_once_per_file(tmp_path, monkeypatch):
     tl = simulate(generate("1f1b", 2, 2), StageCosts.uniform(2, 1, 2, 1))
     draw_gantt(tl, tmp_path / "once.png")
     assert len(draws) == 2     # one per file (PNG, SVG)
+
+
+def test_the_computed_frames_keep_every_label_inside_the_figure_and_the_panels_apart(tmp_path, monkeypatch):
+    """No layout pass: the row labels (the longest: a device's stages), titles and time
+    axes of stacked panels fit in the figure, and no panel's labels reach into the next."""
+    from matplotlib.figure import Figure
+    figures = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self) or real(self, *a, **k))
+    costs = StageCosts.uniform(8, 0.5, 1.0, 0.25)
+    one = simulate(generate("1f1b", 4, 8), StageCosts.uniform(4, 1, 2, 1))
+    draw_gantts([simulate(generate("interleaved", 4, 8), costs), one, one], tmp_path / "f.png", svg=False)
+    fig = figures[0]
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    assert len(boxes) == 3
+    for box in boxes:
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 + 1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+    for upper, lower in zip(boxes, boxes[1:]):
+        assert lower.y1 <= upper.y0      # display y grows upwards: the next panel sits below
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert boxes[0].y1 <= legend.y0
