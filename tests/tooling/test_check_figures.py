@@ -6,7 +6,7 @@ import reproduction_tables
 
 
 def test_fast_subset_regenerates_the_committed_rows():
-    """Fig. 12's smallest case (one plan on the measured profile, a few seconds):
+    """Fig. 12's smallest case (one plan on the measured profile, every family searched):
     every row it writes is in the committed CSV, byte for byte."""
     lines = []
     problems = check_figures.check(fast=True, only="results/figures/fig12", jobs=1, log=lines.append)
