@@ -124,8 +124,8 @@ def _normal(spec, sharding, seed: int):
 def times_fused_backward(split: bool, adjusted: bool) -> bool:
     """Whether measuring a stage times its fused backward B: a stage that runs B, and
     an adjusted split stage (its recompute is its B's time over the base policy's B).
-    A split stage on the base policy is timed as it runs, its backward as I + W: B
-    is not compiled for it (a large stage's B compiles for as long as its I)."""
+    A split stage on the base policy is timed as it runs, its backward as I + W: B,
+    which its schedule never runs, is not compiled only to be timed."""
     return not split or adjusted
 
 
@@ -134,31 +134,24 @@ def time_stage(prog: StageProgram, params, x, targets, timing: CostTiming, first
     """Steady-state forward and backward seconds of one program on its device; with
     `split`, also its I and W programs, each timed alone as the engine runs them;
     without `fused` (split only), the backward is I + W and B is not run."""
+    if not (fused or split):
+        raise ValueError(f"{prog.name}: a stage that runs B is timed by it")
     fwd_args = (params, x, targets) if prog.returns_loss else (params, x)
     fwd_samples = timing.spread(lambda: _arrays(prog.forward(*fwd_args)), first)
     t_fwd = statistics.median(fwd_samples)
     res, dy = _split_inputs(prog, params, x, targets)
     grads = [prog.zero_grads(params)]
-    if not fused:
-        if not split:
-            raise ValueError(f"{prog.name}: a stage that runs B is timed by it")
-        t_i, t_w = time_split(prog, params, res, dy, grads, timing)
-        return StageTiming(t_fwd, t_i + t_w, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
-                           prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes,
-                           weight_grad_beside_bytes=prog.weight_grad_beside_bytes,
-                           fwd_range=_range(fwd_samples), residual_host_bytes=prog.residual_host_bytes)
-
-    def bwd():
-        grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
-        return [done, grads[0]]
-    bwd_samples = timing.spread(bwd, False)
-    t_bwd = statistics.median(bwd_samples)
-    ranges = {"fwd_range": _range(fwd_samples), "bwd_range": _range(bwd_samples),
-              "residual_host_bytes": prog.residual_host_bytes}
+    ranges = {"fwd_range": _range(fwd_samples), "residual_host_bytes": prog.residual_host_bytes}
+    if fused:
+        def bwd():
+            grads[0], _, done = prog.backward(params, res, dy, grads[0])   # grads donated: bounded memory
+            return [done, grads[0]]
+        bwd_samples = timing.spread(bwd, False)
+        t_bwd, ranges["bwd_range"] = statistics.median(bwd_samples), _range(bwd_samples)
     if not split:
         return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, **ranges)
     t_i, t_w = time_split(prog, params, res, dy, grads, timing)
-    return StageTiming(t_fwd, t_bwd, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
+    return StageTiming(t_fwd, t_bwd if fused else t_i + t_w, prog.residual_bytes, prog.temp_bytes, t_i, t_w,
                        prog.weight_grad_held_bytes, weight_grad_made_bytes=prog.weight_grad_made_bytes,
                        weight_grad_beside_bytes=prog.weight_grad_beside_bytes, **ranges)
 
