@@ -19,6 +19,7 @@ JAX-free schedules package) imports no JAX until a name that needs it is used.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import models.ops  # noqa: F401  the built-in families (Llama-2, GPT-3) register on import (no JAX)
 
@@ -46,10 +47,14 @@ __all__ = sorted(_EXPORTS)
 
 def lazy_attributes(package: str, exports: dict[str, str]):
     """A module-level __getattr__ that imports `exports[name]` (a module path) the
-    first time `name` is used: packages stay cheap to import."""
+    first time `name` is used: packages stay cheap to import. The value is then kept
+    in the package's namespace, so later uses are plain attribute reads (the planner
+    reads models.unit_ops a million times in one search)."""
     def __getattr__(name):
         if name in exports:
-            return getattr(importlib.import_module(exports[name]), name)
+            value = getattr(importlib.import_module(exports[name]), name)
+            setattr(sys.modules[package], name, value)
+            return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
     return __getattr__
 

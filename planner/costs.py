@@ -107,7 +107,13 @@ def kept_bytes(profile: Profile, units: tuple[int, int], recompute: Iterable[str
     set R: the profile's additive figure, or the larger traced one when `unit_kept`
     (planner.recompute.residuals.exact_unit_kept) is given; the ops in `offload` that R does
     not recompute are kept in host memory instead (host_kept_bytes) and not counted."""
-    r = frozenset(recompute)
+    return _kept_bytes(profile, tuple(units), frozenset(recompute), unit_kept, frozenset(offload))
+
+
+@lru_cache(maxsize=1 << 16)
+def _kept_bytes(profile: Profile, units: tuple[int, int], r: frozenset, unit_kept: UnitKept | None,
+                offload: frozenset) -> float:
+    # cached: a partition search asks the same stages under the same sets thousands of times
     if LAYER in r:
         return _layer_kept(profile, units, unit_kept)
     total = 0.0

@@ -19,28 +19,14 @@ feeds the residual add), so a measured full recompute can cost well under the wh
 forward (54% of a Llama-2-13B layer's on the H200, results/h200/stage_mfu.json).
 
 Optional per unit (absent in profiles written before them, which load unchanged):
-`input_grad_time` and `weight_grad_time`, the split backward's I and W as the
-engine runs them (I: the cotangent chain, any recompute and the small gradients'
-reductions; W: only the weight matmuls, obscura_jax.runtime.backward_split), and
-`weight_grad_bytes`, what a W holds from the end of its I per micro-batch: each
-weight matmul's input and output cotangent in the compute dtype, an input shared by
-several matmuls once (the unit's output gradient included when W reads it); a unit
-whose W the runtime computes at once (the head, by obscura_jax.runtime.weight_grad's
-rule) records 0 and its W in `input_grad_time`. `weight_grad_rederive_time` and
-`weight_grad_rederive_bytes`: the same W when it re-derives its inputs from the
-unit's input (`--weight-grad rederive`): longer, holding the output cotangents and
-the unit's input. `weight_grad_made_bytes`: of `weight_grad_bytes`, what I computes
-(the output cotangents, and what it re-materialises for W); the rest are residual
-leaves W reads where the forward left them. I's outputs are allocated while the
-residuals are still alive (planner.costs.program_outputs): without the field the
-whole W block counts there; `weight_grad_beside_bytes` (of those, what XLA did not
-write into the residual leaves I takes donated) counts instead where present.
-Without them I = W = bwd_time / 2 and a W holds the whole block until it ends.
+the split backward's I and W times, what a W holds from its I, the same W when it
+re-derives its inputs, and the XLA scratch of a unit's programs. docs/formats.md,
+"Profile JSON", says what each is and how the planner prices a profile without them.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
 from models.config import CONFIGS
@@ -242,9 +228,17 @@ class Profile:
                 if name not in vocab:
                     raise ProfileError(f"unknown op {name!r} in unit {kind!r} for the {family} "
                                        f"family (known: {', '.join(sorted(vocab))})")
+        # a search reads units by kind and keys its caches on the profile millions of
+        # times: the index and the hash are made once (a frozen profile cannot change)
+        object.__setattr__(self, "_by_kind", dict(self.units))
+        object.__setattr__(self, "_kinds", unit_kinds(self.num_layers, self.layout))
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def unit(self, kind: str) -> UnitProfile:
-        return dict(self.units)[kind]
+        return self._by_kind[kind]
 
     @property
     def layout(self) -> tuple[str, ...]:
@@ -261,7 +255,8 @@ class Profile:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return unit_kinds(self.num_layers, self.layout)
+        return self._kinds
+
 
     @property
     def layer_recompute(self) -> float:

@@ -73,7 +73,8 @@ class Action(_ActionFields):
         return f"Action({self.stage}, {self.kind.value}, {self.microbatch})"
 
     def __str__(self) -> str:
-        return f"{self.kind.value}{self.microbatch}"
+        # _value_, not the .value property: the simulator labels millions of actions in a search
+        return f"{self.kind._value_}{self.microbatch}"
 
     @property
     def long(self) -> str:

@@ -48,6 +48,7 @@ def exact_unit_kept(profile: Profile) -> UnitKept | None:
     except ObscuraError:  # unknown model, unsupported shape: nothing to check against
         return None
 
+    @lru_cache(maxsize=None)
     def kept(kind: str, recompute: frozenset) -> float:
         own = frozenset(models.unit_ops(profile.family, kind))
         ops = own if FULL in recompute else frozenset(recompute) & own
