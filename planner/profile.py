@@ -229,13 +229,18 @@ class Profile:
                     raise ProfileError(f"unknown op {name!r} in unit {kind!r} for the {family} "
                                        f"family (known: {', '.join(sorted(vocab))})")
         # a search reads units by kind and keys its caches on the profile millions of
-        # times: the index and the hash are made once (a frozen profile cannot change)
+        # times: the index, and the hash at its first use, are made once (it is frozen)
         object.__setattr__(self, "_by_kind", dict(self.units))
         object.__setattr__(self, "_kinds", unit_kinds(self.num_layers, self.layout))
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
 
     def __hash__(self) -> int:
+        if "_hash" not in self.__dict__:
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
         return self._hash
+
+    def __getstate__(self) -> dict:
+        # str hashes differ between processes: an unpickled profile hashes itself again
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def unit(self, kind: str) -> UnitProfile:
         return self._by_kind[kind]

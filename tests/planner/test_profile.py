@@ -220,3 +220,24 @@ def test_scale_micro_batch_is_linear_in_rows_and_keeps_weights():
         assert (b.fwd_time, b.bwd_time, b.input_bytes, b.weight_grad_bytes) == pytest.approx(
             (2 * a.fwd_time, 2 * a.bwd_time, 2 * a.input_bytes, 2 * a.weight_grad_bytes))
         assert b.kept_bytes(()) == pytest.approx(2 * a.kept_bytes(()))
+
+
+def test_a_profile_hashes_as_it_compares_in_every_process(tmp_path):
+    """The hash a search's caches key on is made once per process: a profile pickled
+    in a process with another string-hash salt (a spawned figure job) hashes like an
+    equal one made here."""
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prof = synthetic_profile()
+    save_profile(prof, tmp_path / "p.json")
+    make = ("import pickle, sys; from planner.profile import load_profile; "
+            "p = load_profile(sys.argv[1]); hash(p); sys.stdout.buffer.write(pickle.dumps(p))")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", make, str(tmp_path / "p.json")], cwd=root, capture_output=True,
+                          timeout=120, env={"PYTHONHASHSEED": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    there = pickle.loads(done.stdout)
+    assert there == prof and hash(there) == hash(prof) and {there: 1}[prof] == 1
