@@ -64,8 +64,8 @@ def _bounded(fn, meanwhile=None):
     """fn() in a thread, failing the test (not hanging CI) after LAUNCH_TIMEOUT s; the
     launcher's children die with it (PR_SET_PDEATHSIG) when pytest exits. meanwhile()
     runs here while fn does (the processes wait on each other: cores to spare)."""
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("rc", fn()), daemon=True)
+    outcome = {}
+    t = threading.Thread(target=lambda: outcome.setdefault("rc", fn()), daemon=True)
     t.start()
     started = time.monotonic()
     if meanwhile is not None:
@@ -73,7 +73,7 @@ def _bounded(fn, meanwhile=None):
     t.join(max(0.0, LAUNCH_TIMEOUT - (time.monotonic() - started)))
     if t.is_alive():
         pytest.fail(f"multi-process run not done after {LAUNCH_TIMEOUT} s")
-    return box["rc"]
+    return outcome["rc"]
 
 
 def check_results(results: dict, references: dict, stage_process, cases: dict) -> None:

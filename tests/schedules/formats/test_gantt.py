@@ -117,11 +117,11 @@ def test_the_computed_frames_keep_every_label_inside_the_figure_and_the_panels_a
     fig = figures[0]
     renderer = fig.canvas.get_renderer()
     frame = fig.bbox
-    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
-    assert len(boxes) == 3
-    for box in boxes:
-        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 + 1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
-    for upper, lower in zip(boxes, boxes[1:]):
+    extents = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    assert len(extents) == 3
+    for extent in extents:
+        assert frame.x0 <= extent.x0 and extent.x1 <= frame.x1 + 1 and frame.y0 <= extent.y0 and extent.y1 <= frame.y1
+    for upper, lower in zip(extents, extents[1:]):
         assert lower.y1 <= upper.y0      # display y grows upwards: the next panel sits below
     legend = fig.legends[0].get_window_extent(renderer)
-    assert boxes[0].y1 <= legend.y0
+    assert extents[0].y1 <= legend.y0
