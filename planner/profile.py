@@ -262,7 +262,6 @@ class Profile:
     def kinds(self) -> tuple[str, ...]:
         return self._kinds
 
-
     @property
     def layer_recompute(self) -> float:
         """Seconds one layer's backward recomputes under `layer`: the measured

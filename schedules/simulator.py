@@ -128,8 +128,8 @@ def held_peaks(schedule: Schedule, costs: StageCosts, check: bool = True) -> tup
     """(makespan, each device's peak_held_bytes) of simulate(schedule, costs),
     without its other statistics: what a search compares."""
     rows, times = row_times(schedule, costs, check)
-    make = tuple.__new__    # Span's fields in order, str(a) inline: a search builds millions
-    spans = [make(Span, (t[0], t[1], a[0], f"{a[1]._value_}{a[2]}", a[1], a[2], None))
+    make = tuple.__new__    # Span's fields in order, without NamedTuple's keyword handling: a search builds millions
+    spans = [make(Span, (t[0], t[1], a[0], str(a), a[1], a[2], None))
              for row, trow in zip(rows, times) for a, t in zip(row, trow)]
     return held_bytes_peaks(schedule.num_stages, spans, stage_memory(schedule, costs), schedule.stage_to_device)
 
