@@ -1,5 +1,9 @@
 import json
 import math
+import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -226,11 +230,6 @@ def test_a_profile_hashes_as_it_compares_in_every_process(tmp_path):
     """The hash a search's caches key on is made once per process: a profile pickled
     in a process with another string-hash salt (a spawned figure job) hashes like an
     equal one made here."""
-    import pickle
-    import subprocess
-    import sys
-    from pathlib import Path
-
     prof = synthetic_profile()
     save_profile(prof, tmp_path / "p.json")
     make = ("import pickle, sys; from planner.profile import load_profile; "
