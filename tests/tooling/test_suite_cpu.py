@@ -106,3 +106,41 @@ def test_defaults_to_make_tests_flags():
 
     from tests.tooling.test_suite_order import make_xdist_flags
     assert suite_cpu.make_test_args() == ["-q", *make_xdist_flags()]
+
+
+def _row(test: str, cpu: float) -> dict:
+    return {"test": test, "module": test.split("::")[0], "self_s": cpu, "children_s": 0.0, "wall_s": cpu,
+            "worker": "gw0"}
+
+
+def test_against_matches_a_test_by_path_or_by_its_files_name_when_its_folder_moved():
+    """The same path and id; a file that moved folders; a name two files share (not
+    matched: which one moved is not known); a test only one side holds."""
+    import suite_cpu
+
+    before = [_row("tests/a/test_x.py::t1", 1.0), _row("tests/test_y.py::t2", 2.0),
+              _row("tests/p/test_z.py::t3", 3.0), _row("tests/q/test_z.py::t3", 4.0), _row("tests/test_gone.py::t", 5.0)]
+    after = [_row("tests/a/test_x.py::t1", 1.5), _row("tests/moved/test_y.py::t2", 1.0),
+             _row("tests/r/test_z.py::t3", 3.0), _row("tests/s/test_z.py::t3", 4.0), _row("tests/test_new.py::t", 6.0)]
+    pairs, only_before, only_after = suite_cpu.match_tests(before, after)
+    assert pairs == [("tests/a/test_x.py::t1", "tests/a/test_x.py::t1"),
+                     ("tests/test_y.py::t2", "tests/moved/test_y.py::t2")]
+    assert only_before == {"tests/p/test_z.py::t3", "tests/q/test_z.py::t3", "tests/test_gone.py::t"}
+    assert only_after == {"tests/r/test_z.py::t3", "tests/s/test_z.py::t3", "tests/test_new.py::t"}
+    text = suite_cpu.comparison(before, after, top=5)
+    assert text.splitlines()[:3] == ["tests in both: 2, 3 CPU-s before, 2 after (0.83x)",
+                                     "only after: 3 tests, 13 CPU-s", "only before: 3 tests, 12 CPU-s"]
+
+
+def test_against_through_the_command_line(tmp_path):
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before.write_text(json.dumps(_row("tests/test_a.py::t", 2.0)) + "\n")
+    after.write_text(json.dumps(_row("tests/sub/test_a.py::t", 1.0)) + "\n" + json.dumps(_row("tests/test_b.py::u", 4.0)) + "\n")
+    out = _run("--read", str(after), "--against", str(before))
+    assert out.returncode == 0, out.stderr
+    assert "tests in both: 1, 2 CPU-s before, 1 after (0.50x)" in out.stdout
+    assert "only after: 1 tests, 4 CPU-s" in out.stdout
+    refused = _run("--against", str(before))
+    assert refused.returncode == 2 and "--against needs --read" in refused.stderr
+    missing = _run("--read", str(after), "--against", str(tmp_path / "none.jsonl"))
+    assert missing.returncode == 2 and "--against: no such file" in missing.stderr
