@@ -66,6 +66,15 @@ def balance_memory(judge: Callable[[Partition], Evaluation], partition: Partitio
     most `target` or no move lowers them (module docstring). `judge`: a partition's
     evaluation (the family's order, each stage's recompute set, on that partition);
     a run is tried where it moves units of a device over the target."""
+    judged: dict[Partition, Evaluation] = {}
+
+    def judge_once(part: Partition) -> Evaluation:
+        # a move's runs meet partitions an earlier move tried (a unit moved back, or
+        # two runs ending alike): each is simulated once
+        if part not in judged:
+            judged[part] = judge(part)
+        return judged[part]
+
     def key(ev: Evaluation) -> tuple:
         return (sum(max(0.0, pk - target) for pk in ev.peaks),) + tuple(sorted(ev.peaks, reverse=True))
 
@@ -80,7 +89,7 @@ def balance_memory(judge: Callable[[Partition], Evaluation], partition: Partitio
             part = part and shifted(part, b, step)
         return part
 
-    best, moves = judge(partition), []
+    best, moves = judge_once(partition), []
     for _ in range(MAX_MOVES_PER_CHUNK * len(partition)):
         peak = max(best.peaks)
         if peak <= target:
@@ -88,7 +97,7 @@ def balance_memory(judge: Callable[[Partition], Evaluation], partition: Partitio
         over = {d for d, pk in enumerate(best.peaks) if pk > target}
         tried = [(key(ev), ev.makespan, run, ev) for run in runs(over)
                  if (part := moved(best.config.partition, run)) is not None
-                 and max((ev := judge(part)).peaks) <= max(peak, target)]
+                 and max((ev := judge_once(part)).peaks) <= max(peak, target)]
         if not tried:
             break
         low, _, run, ev = min(tried, key=lambda t: t[:2])
