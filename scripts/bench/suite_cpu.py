@@ -6,6 +6,7 @@ seconds) and prints the heaviest tests and modules.
     python scripts/bench/suite_cpu.py --read cpu.jsonl          only print an earlier report
     python scripts/bench/suite_cpu.py --read after.jsonl --against before.jsonl
                                         the tests both reports hold, before and after
+(a report whose name ends in .gz is read through gzip)
 
 PYTEST_ARGS default to `make test`'s: -q and the Makefile's XDIST flags.
 --against compares two reports test by test: a test is the same in both when its
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -44,7 +46,10 @@ def make_test_args() -> list[str]:
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """A report's rows; a name ending in .gz is read through gzip (the reports kept
+    under results/suite_cpu/)."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def table(rows: list[dict], key: str, top: int) -> list[str]:

@@ -133,8 +133,11 @@ def test_against_matches_a_test_by_path_or_by_its_files_name_when_its_folder_mov
 
 
 def test_against_through_the_command_line(tmp_path):
-    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
-    before.write_text(json.dumps(_row("tests/test_a.py::t", 2.0)) + "\n")
+    """The two reports compared, one of them gzipped (as the kept ones are); --against
+    alone, or naming no file, is one line and exit 2."""
+    import gzip
+    before, after = tmp_path / "before.jsonl.gz", tmp_path / "after.jsonl"
+    before.write_bytes(gzip.compress((json.dumps(_row("tests/test_a.py::t", 2.0)) + "\n").encode()))
     after.write_text(json.dumps(_row("tests/sub/test_a.py::t", 1.0)) + "\n" + json.dumps(_row("tests/test_b.py::u", 4.0)) + "\n")
     out = _run("--read", str(after), "--against", str(before))
     assert out.returncode == 0, out.stderr
