@@ -143,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.read is not None:
         if not args.read.is_file():
             ap.error(f"--read: no such file: {args.read}")
-        if args.against is not None:
-            if not args.against.is_file():
-                ap.error(f"--against: no such file: {args.against}")
-            print(comparison(read_rows(args.against), read_rows(args.read), args.top))
-        else:
-            print(report(read_rows(args.read), args.top))
+        if args.against is not None and not args.against.is_file():
+            ap.error(f"--against: no such file: {args.against}")
+        try:
+            after = read_rows(args.read)
+            print(comparison(read_rows(args.against), after, args.top) if args.against is not None
+                  else report(after, args.top))
+        except (OSError, ValueError, KeyError, TypeError) as e:   # not a report this plugin wrote
+            ap.error(f"not a CPU report (tests/cpu_report.py's JSON lines): {type(e).__name__}: {str(e)[:200]}")
         return 0
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     path = args.report or Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "cpu.jsonl"

@@ -147,3 +147,15 @@ def test_against_through_the_command_line(tmp_path):
     assert refused.returncode == 2 and "--against needs --read" in refused.stderr
     missing = _run("--read", str(after), "--against", str(tmp_path / "none.jsonl"))
     assert missing.returncode == 2 and "--against: no such file" in missing.stderr
+
+
+@pytest.mark.parametrize("content", [b"not json\n", b"\x1f\x8b garbage", b'{"test": "t"}\n'])
+def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path, content):
+    bad = tmp_path / ("bad.jsonl.gz" if content.startswith(b"\x1f") else "bad.jsonl")
+    bad.write_bytes(content)
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(_row("tests/test_a.py::t", 1.0)) + "\n")
+    for args in (["--read", str(bad)], ["--read", str(good), "--against", str(bad)]):
+        out = _run(*args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "not a CPU report" in out.stderr and "Traceback" not in out.stderr
