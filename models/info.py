@@ -13,6 +13,7 @@ host memory) are counted apart.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -68,6 +69,15 @@ def unit_residuals(cfg: ModelConfig, kind: str, policy, seq_len: int, micro_batc
         raise ModelConfigError(f"unknown unit kind {kind!r}; valid: {', '.join(get_family(cfg.family).kinds)}")
     check_sizes(cfg, seq_len, micro_batch)
     pol = policy if isinstance(policy, RecomputePolicy) else resolve_policy(policy, cfg.family)
+    return _traced_residuals(cfg, kind, pol, seq_len, micro_batch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _traced_residuals(cfg: ModelConfig, kind: str, pol: RecomputePolicy, seq_len: int,
+                      micro_batch: int) -> Residuals:
+    """unit_residuals, traced once per (config, kind, policy, shape) in a process: the
+    planner, the profiler's analytic figures and the memory check ask for the same
+    units again and again (a Fig. 12 row traces each unit kind under every op set)."""
     fn = unit_apply_fn(cfg, kind, pol)
     params = abstract_unit_params(cfg, kind)
     if kind == "head" and cfg.tie_embeddings:

@@ -102,3 +102,20 @@ def test_bad_sizes(seq, mb, msg):
 def test_unknown_unit_kind():
     with pytest.raises(models.ModelConfigError, match="unknown unit kind"):
         unit_residual_bytes(models.get_config("gpt3-tiny"), "ffn", "none", 8, 1)
+
+
+
+def test_a_units_residuals_are_traced_once_per_config_policy_and_shape(monkeypatch):
+    """The planner and the memory check ask again and again: the second ask, by name
+    or by the policy it names, traces nothing; another shape traces again (shapes
+    no other test asks for, so the first ask traces)."""
+    cfg = models.get_config("gpt3-tiny")
+    traced = []
+    real = jax.make_jaxpr
+    monkeypatch.setattr(jax, "make_jaxpr", lambda f, *a, **k: traced.append(f) or real(f, *a, **k))
+    first = unit_residuals(cfg, "mlp", "cmb", 40, B)
+    assert len(traced) == 1
+    again = unit_residuals(cfg, "mlp", models.resolve_policy("cmb", cfg.family), 40, B)
+    assert again == first and len(traced) == 1
+    longer = unit_residuals(cfg, "mlp", "cmb", 48, B)
+    assert len(traced) == 2 and longer.kept_bytes > first.kept_bytes
