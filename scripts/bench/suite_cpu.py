@@ -147,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--against: no such file: {args.against}")
         try:
             after = read_rows(args.read)
-            print(comparison(read_rows(args.against), after, args.top) if args.against is not None
-                  else report(after, args.top))
+            text = (comparison(read_rows(args.against), after, args.top) if args.against is not None
+                    else report(after, args.top))
         except (OSError, ValueError, KeyError, TypeError) as e:   # not a report this plugin wrote
             ap.error(f"not a CPU report (tests/cpu_report.py's JSON lines): {type(e).__name__}: {str(e)[:200]}")
+        print(text)     # outside the try: a closed pipe is not a bad report
         return 0
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     path = args.report or Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "cpu.jsonl"
@@ -162,4 +163,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:     # a reader that stopped early (`| head`): stop quietly, as a C tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
+        sys.exit(141)           # 128 + SIGPIPE

@@ -159,3 +159,20 @@ def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path, content):
         out = _run(*args)
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert "not a CPU report" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_reader_that_stops_early_ends_it_quietly():
+    """`suite_cpu.py --read REPORT | head`: the tables are longer than a pipe holds,
+    the reader goes away, and the script stops without a traceback."""
+    report = ROOT / "results" / "suite_cpu" / "e2f45cd_1.jsonl.gz"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--read", str(report), "--top", "5000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read().decode()
+        rc = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert rc == 141
