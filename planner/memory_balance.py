@@ -29,6 +29,7 @@ most BALANCE_REACH over it.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -66,14 +67,9 @@ def balance_memory(judge: Callable[[Partition], Evaluation], partition: Partitio
     most `target` or no move lowers them (module docstring). `judge`: a partition's
     evaluation (the family's order, each stage's recompute set, on that partition);
     a run is tried where it moves units of a device over the target."""
-    judged: dict[Partition, Evaluation] = {}
-
-    def judge_once(part: Partition) -> Evaluation:
-        # a move's runs meet partitions an earlier move tried (a unit moved back, or
-        # two runs ending alike): each is simulated once
-        if part not in judged:
-            judged[part] = judge(part)
-        return judged[part]
+    # a move's runs meet partitions an earlier move tried (a unit moved back, or two
+    # runs ending alike): each is simulated once
+    judge_once = functools.cache(judge)
 
     def key(ev: Evaluation) -> tuple:
         return (sum(max(0.0, pk - target) for pk in ev.peaks),) + tuple(sorted(ev.peaks, reverse=True))

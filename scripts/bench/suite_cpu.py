@@ -165,6 +165,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except BrokenPipeError:     # a reader that stopped early (`| head`): stop quietly, as a C tool does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
-        sys.exit(141)           # 128 + SIGPIPE
+    except BrokenPipeError:     # a reader that stopped early (`| head`): quiet, 141, as `obscura ... | head`
+        from obscura_jax.cli.main import reader_gone  # lazy: only when the pipe closed
+        sys.exit(reader_gone())

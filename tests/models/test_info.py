@@ -104,7 +104,6 @@ def test_unknown_unit_kind():
         unit_residual_bytes(models.get_config("gpt3-tiny"), "ffn", "none", 8, 1)
 
 
-
 def test_a_units_residuals_are_traced_once_per_config_policy_and_shape(monkeypatch):
     """The planner and the memory check ask again and again: the second ask, by name
     or by the policy it names, traces nothing; another shape traces again (shapes
